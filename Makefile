@@ -1,0 +1,53 @@
+# kubescribe — see README.md. The two commands a newcomer needs: `make demo` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+BIN := $(CURDIR)/bin
+KUBE_APISERVER := $(BIN)/kube-apiserver
+# Debian packages the tests and the demo start for real.
+DEB_PACKAGES := etcd-server redis-server git ca-certificates
+
+.PHONY: all build test test-unit test-e2e demo generate verify-generate bench lint deps kube-apiserver clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## deps: install the Debian packages the tests and the demo need (skipped when present).
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	$(GO) mod download
+
+## kube-apiserver: build the real kube-apiserver (k8s.io/kubernetes v1.37.2) from its own module.
+kube-apiserver: $(KUBE_APISERVER)
+$(KUBE_APISERVER): test/kube-apiserver/go.mod test/kube-apiserver/go.sum
+	cd test/kube-apiserver && $(GO) build -o $(KUBE_APISERVER) k8s.io/kubernetes/cmd/kube-apiserver
+
+generate:
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/... \
+	  crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: deps kube-apiserver
+	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./...
+
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+demo: deps kube-apiserver
+	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/demo
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf $(BIN)
