@@ -1,0 +1,211 @@
+package attribution
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// DefaultGrace is how long a change waits for the audit fact that names its author. The
+// apiserver's audit webhook sends batches at most --audit-webhook-batch-max-wait apart (30s by
+// default upstream; kubescribe's documented setting is 1s), so the fact usually arrives within a
+// second or two after the watch event.
+const DefaultGrace = 5 * time.Second
+
+// lookupTimeout bounds one Redis lookup so a hung connection cannot hold a change past its grace.
+const lookupTimeout = 2 * time.Second
+
+// factSource is what the joiner needs from the fact store.
+type factSource interface {
+	Lookup(ctx context.Context, route, uid, rv string, isDelete bool) (*audit.Fact, error)
+	Announcements(ctx context.Context) <-chan string
+}
+
+// JoinerOptions configures a Joiner.
+type JoinerOptions struct {
+	Facts   factSource
+	Grace   time.Duration // <= 0 means DefaultGrace
+	Logger  *slog.Logger  // nil means slog.Default()
+	Metrics *Metrics      // may be nil
+}
+
+// Joiner attributes watch changes to the users who made them. Each change waits for its fact on
+// its own — woken by the fact's announcement, not by polling — so one object waiting never holds
+// up another; changes of one object are emitted in the order they were observed.
+type Joiner struct {
+	facts   factSource
+	grace   time.Duration
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{} // "<route>/<uid>" -> wake-up channels
+	tails   map[string]chan struct{}              // "<route>/<uid>" -> closed once its newest change is emitted
+	wg      sync.WaitGroup
+}
+
+// NewJoiner returns a Joiner. Run must be running for announcements to wake waiting changes.
+func NewJoiner(opts JoinerOptions) (*Joiner, error) {
+	if opts.Facts == nil {
+		return nil, errors.New("attribution: JoinerOptions.Facts is required")
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Joiner{
+		facts:   opts.Facts,
+		grace:   opts.Grace,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+		waiters: map[string]map[chan struct{}]struct{}{},
+		tails:   map[string]chan struct{}{},
+	}, nil
+}
+
+// Run delivers fact announcements to waiting changes until ctx ends.
+func (j *Joiner) Run(ctx context.Context) error {
+	for id := range j.facts.Announcements(ctx) {
+		j.mu.Lock()
+		for w := range j.waiters[id] {
+			select {
+			case w <- struct{}{}:
+			default: // already woken; it will look again
+			}
+		}
+		j.mu.Unlock()
+	}
+	return nil
+}
+
+// Join attributes c in the background and calls emit with the result, at the latest after the
+// grace window. emit is called from a goroutine of the joiner, once per change, and for changes
+// of one object in the order Join was called.
+func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
+	key := c.Cluster + "/" + c.UID
+	done := make(chan struct{})
+	j.mu.Lock()
+	prev := j.tails[key]
+	j.tails[key] = done
+	j.mu.Unlock()
+	if j.metrics != nil {
+		j.metrics.pending.Inc()
+	}
+
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		author := j.resolve(key, c)
+		if prev != nil {
+			<-prev
+		}
+		emit(AttributedChange{Change: c, Author: author})
+		close(done)
+		j.mu.Lock()
+		if j.tails[key] == done {
+			delete(j.tails, key)
+		}
+		j.mu.Unlock()
+		if j.metrics != nil {
+			j.metrics.pending.Dec()
+		}
+	}()
+}
+
+// Wait blocks until every change passed to Join has been emitted or ctx ends. Joins end by
+// themselves within the grace window, so a shutdown that waits here finishes in-flight work.
+func (j *Joiner) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { j.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (j *Joiner) resolve(key string, c watch.Change) Author {
+	if c.Snapshot {
+		j.metrics.observe("snapshot", 0)
+		return Author{}
+	}
+	start := time.Now()
+	wake := make(chan struct{}, 1)
+	j.register(key, wake)
+	defer j.unregister(key, wake)
+
+	deadline := time.NewTimer(j.grace)
+	defer deadline.Stop()
+	for {
+		if f := j.lookup(c); f != nil {
+			j.metrics.observe("resolved", time.Since(start))
+			return authorFrom(f)
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			// One last look: the announcement may have been lost (a publish is best effort).
+			if f := j.lookup(c); f != nil {
+				j.metrics.observe("resolved", time.Since(start))
+				return authorFrom(f)
+			}
+			j.metrics.observe("unresolved", time.Since(start))
+			j.log.Info("no audit fact within the grace window; author is unresolved",
+				"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
+				"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op,
+				"grace", j.grace)
+			return Unresolved()
+		}
+	}
+}
+
+func (j *Joiner) lookup(c watch.Change) *audit.Fact {
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	f, err := j.facts.Lookup(ctx, c.Cluster, c.UID, c.ResourceVersion, c.Op == watch.OpDelete)
+	if err != nil {
+		j.log.Warn("attribution lookup failed", "err", err, "uid", c.UID)
+		if j.metrics != nil {
+			j.metrics.lookupErrors.Inc()
+		}
+		return nil
+	}
+	return f
+}
+
+func (j *Joiner) register(key string, w chan struct{}) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	set := j.waiters[key]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		j.waiters[key] = set
+	}
+	set[w] = struct{}{}
+}
+
+func (j *Joiner) unregister(key string, w chan struct{}) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.waiters[key], w)
+	if len(j.waiters[key]) == 0 {
+		delete(j.waiters, key)
+	}
+}
+
+func authorFrom(f *audit.Fact) Author {
+	return Author{Identity: f.User, Resolved: true, AuditID: f.AuditID, Verb: f.Verb}
+}
+
+// Unresolved is the explicit author of a change no fact explains.
+func Unresolved() Author {
+	return Author{Identity: audit.Identity{Username: UnresolvedUsername}}
+}

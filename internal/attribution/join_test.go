@@ -1,0 +1,159 @@
+package attribution
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// fakeFacts is an in-memory factSource.
+type fakeFacts struct {
+	mu       sync.Mutex
+	facts    map[string]*audit.Fact
+	lookups  int
+	announce chan string
+}
+
+func newFakeFacts() *fakeFacts {
+	return &fakeFacts{facts: map[string]*audit.Fact{}, announce: make(chan string, 16)}
+}
+
+func factKeyOf(route, uid, rv string, isDelete bool) string {
+	if isDelete {
+		return route + "/" + uid + "/delete"
+	}
+	return route + "/" + uid + "/" + rv
+}
+
+func (f *fakeFacts) add(fact audit.Fact, isDelete bool) {
+	f.mu.Lock()
+	f.facts[factKeyOf(fact.Route, fact.UID, fact.ResourceVersion, isDelete)] = &fact
+	f.mu.Unlock()
+	f.announce <- fact.Route + "/" + fact.UID
+}
+
+func (f *fakeFacts) Lookup(_ context.Context, route, uid, rv string, isDelete bool) (*audit.Fact, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	return f.facts[factKeyOf(route, uid, rv, isDelete)], nil
+}
+
+func (f *fakeFacts) Announcements(ctx context.Context) <-chan string {
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case id := <-f.announce:
+				out <- id
+			}
+		}
+	}()
+	return out
+}
+
+func change(uid, rv string, op watch.Op) watch.Change {
+	return watch.Change{Cluster: "local", UID: uid, ResourceVersion: rv, Op: op, Name: uid}
+}
+
+func startJoiner(t *testing.T, facts *fakeFacts, grace time.Duration) (*Joiner, chan AttributedChange) {
+	t.Helper()
+	j, err := NewJoiner(JoinerOptions{Facts: facts, Grace: grace})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = j.Run(ctx) }()
+	return j, make(chan AttributedChange, 16)
+}
+
+func TestJoinFactAlreadyStored(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1"}, false)
+	j, out := startJoiner(t, facts, time.Hour)
+	j.Join(change("u1", "10", watch.OpCreate), func(c AttributedChange) { out <- c })
+	got := <-out
+	require.True(t, got.Author.Resolved)
+	require.Equal(t, "alice", got.Author.Username)
+	require.Equal(t, "a1", got.Author.AuditID)
+}
+
+func TestJoinWokenByAnnouncement(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, time.Hour) // only an announcement can resolve it in time
+	j.Join(change("u1", "11", watch.OpUpdate), func(c AttributedChange) { out <- c })
+	// A fact for another resourceVersion wakes the waiter but does not resolve it.
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", User: audit.Identity{Username: "mallory"}}, false)
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "11", User: audit.Identity{Username: "bob"}}, false)
+	got := <-out
+	require.Equal(t, "bob", got.Author.Username)
+}
+
+func TestJoinDeleteUsesDeleteFact(t *testing.T) {
+	facts := newFakeFacts()
+	// The finalizer-removing patch returned the held delete's resourceVersion.
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "patch", User: audit.Identity{Username: "finalizer-bot"}}, false)
+	facts.add(audit.Fact{Route: "local", UID: "u1", Verb: "delete", User: audit.Identity{Username: "alice"}}, true)
+	j, out := startJoiner(t, facts, time.Hour)
+	j.Join(change("u1", "20", watch.OpDelete), func(c AttributedChange) { out <- c })
+	require.Equal(t, "alice", (<-out).Author.Username)
+}
+
+func TestJoinUnresolvedAfterGrace(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, 50*time.Millisecond)
+	j.Join(change("u1", "10", watch.OpCreate), func(c AttributedChange) { out <- c })
+	got := <-out
+	require.False(t, got.Author.Resolved)
+	require.Equal(t, UnresolvedUsername, got.Author.Username)
+	facts.mu.Lock()
+	require.Equal(t, 2, facts.lookups, "one look on arrival, one at the deadline: no polling")
+	facts.mu.Unlock()
+}
+
+func TestJoinSnapshotNeedsNoFact(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, time.Hour)
+	c := change("u1", "10", watch.OpCreate)
+	c.Snapshot = true
+	j.Join(c, func(c AttributedChange) { out <- c })
+	got := <-out
+	require.True(t, got.Snapshot)
+	require.False(t, got.Author.Resolved)
+}
+
+func TestJoinOrderPerObjectAndOthersFlow(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, time.Hour)
+	emit := func(c AttributedChange) { out <- c }
+	// u1's first change waits for its fact; its second change and u2's change have theirs.
+	facts.mu.Lock()
+	facts.facts[factKeyOf("local", "u1", "2", false)] = &audit.Fact{User: audit.Identity{Username: "bob"}}
+	facts.facts[factKeyOf("local", "u2", "1", false)] = &audit.Fact{User: audit.Identity{Username: "carol"}}
+	facts.mu.Unlock()
+	j.Join(change("u1", "1", watch.OpCreate), emit)
+	j.Join(change("u1", "2", watch.OpUpdate), emit)
+	j.Join(change("u2", "1", watch.OpCreate), emit)
+
+	// u2 is not held up by u1.
+	first := <-out
+	require.Equal(t, "u2", first.UID)
+	select {
+	case c := <-out:
+		t.Fatalf("u1's second change %s was emitted before its first", c.ResourceVersion)
+	case <-time.After(50 * time.Millisecond):
+	}
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "1", User: audit.Identity{Username: "alice"}}, false)
+	a, b := <-out, <-out
+	require.Equal(t, []string{"1", "2"}, []string{a.ResourceVersion, b.ResourceVersion})
+	require.Equal(t, []string{"alice", "bob"}, []string{a.Author.Username, b.Author.Username})
+	require.NoError(t, j.Wait(context.Background()))
+}

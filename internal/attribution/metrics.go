@@ -1,0 +1,52 @@
+package attribution
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics of the join.
+type Metrics struct {
+	joins        *prometheus.CounterVec
+	wait         *prometheus.HistogramVec
+	pending      prometheus.Gauge
+	lookupErrors prometheus.Counter
+}
+
+// NewMetrics registers the join's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		joins: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_attribution_joins_total",
+			Help: "Changes attributed, by result: resolved (an audit fact named the author), unresolved (none within the grace window), snapshot (found by an initial list; nobody's change).",
+		}, []string{"result"}),
+		wait: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubescribe_attribution_join_wait_seconds",
+			Help:    "How long a change waited for its audit fact, by result.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30},
+		}, []string{"result"}),
+		pending: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_attribution_pending_changes",
+			Help: "Changes waiting for their audit fact or for an earlier change of the same object.",
+		}),
+		lookupErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_attribution_lookup_errors_total",
+			Help: "Fact lookups that failed (Redis unreachable or a corrupt fact).",
+		}),
+	}
+	for _, r := range []string{"resolved", "unresolved", "snapshot"} {
+		m.joins.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *Metrics) observe(result string, waited time.Duration) {
+	if m == nil {
+		return
+	}
+	m.joins.WithLabelValues(result).Inc()
+	m.wait.WithLabelValues(result).Observe(waited.Seconds())
+}
