@@ -29,6 +29,9 @@ kube-apiserver: $(KUBE_APISERVER)
 $(KUBE_APISERVER): test/kube-apiserver/go.mod test/kube-apiserver/go.sum
 	cd test/kube-apiserver && $(GO) build -o $(KUBE_APISERVER) k8s.io/kubernetes/cmd/kube-apiserver
 
+verify-generate:
+	hack/verify-generate.sh
+
 generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/... \
 	  crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds

@@ -1,0 +1,67 @@
+package v1alpha1
+
+// Condition types set in the status of every kubescribe object.
+const (
+	// ConditionReady is True when the object is reconciled and doing its job, False when it
+	// cannot (the reason says why) and Unknown while the controller is still working on it.
+	ConditionReady string = "Ready"
+)
+
+// Reasons of the Ready condition. Every reason is used by the kinds named in its comment.
+const (
+	// ReasonReady is the reason of Ready=True on every kind: the object is reconciled and working.
+	ReasonReady string = "Ready"
+
+	// ReasonSecretNotFound: a Secret the object names (GitProvider credentials, GitTarget
+	// kubeconfig) does not exist.
+	ReasonSecretNotFound string = "SecretNotFound"
+
+	// ReasonSecretInvalid: a Secret the object names lacks a required key or holds a value that
+	// cannot be used (for example an unparsable ca.crt or kubeconfig).
+	ReasonSecretInvalid string = "SecretInvalid"
+
+	// ReasonRemoteUnreachable: a GitProvider's repository could not be reached (DNS, connection,
+	// TLS or an unexpected server answer).
+	ReasonRemoteUnreachable string = "RemoteUnreachable"
+
+	// ReasonAuthenticationFailed: a GitProvider's repository rejected the credentials, or
+	// anonymous access was refused.
+	ReasonAuthenticationFailed string = "AuthenticationFailed"
+
+	// ReasonProviderNotFound: a GitTarget's spec.providerRef names no GitProvider in its
+	// namespace.
+	ReasonProviderNotFound string = "ProviderNotFound"
+
+	// ReasonProviderNotReady: a GitTarget's GitProvider exists but is not Ready.
+	ReasonProviderNotReady string = "ProviderNotReady"
+
+	// ReasonTargetNotFound: a WatchRule's spec.targetRef names no GitTarget in its namespace.
+	ReasonTargetNotFound string = "TargetNotFound"
+
+	// ReasonTargetNotReady: a WatchRule's GitTarget exists but is not Ready.
+	ReasonTargetNotReady string = "TargetNotReady"
+
+	// ReasonSourceClusterUnsupported: a GitTarget sets spec.sourceCluster, which this release
+	// reserves but does not support yet.
+	ReasonSourceClusterUnsupported string = "SourceClusterUnsupported"
+
+	// ReasonNoResourcesMatched: a WatchRule's rules resolve to no namespaced resource the
+	// cluster serves.
+	ReasonNoResourcesMatched string = "NoResourcesMatched"
+
+	// ReasonWatchFailed: a WatchRule's resolved resource could not be listed or watched (for
+	// example for lack of RBAC).
+	ReasonWatchFailed string = "WatchFailed"
+
+	// ReasonPushFailed: a GitTarget's commits could not be pushed; the push is retried and
+	// nothing is dropped.
+	ReasonPushFailed string = "PushFailed"
+
+	// ReasonInvalidSpec: the spec is invalid in a way the CRD schema does not catch, or sets a
+	// field reserved for a later release (WatchRule excludeFieldManagers/excludeUsers).
+	ReasonInvalidSpec string = "InvalidSpec"
+
+	// ReasonProgressing is the reason of Ready=Unknown on every kind: the controller is working
+	// on the current generation (for example the first snapshot or a retarget).
+	ReasonProgressing string = "Progressing"
+)

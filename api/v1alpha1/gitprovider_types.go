@@ -1,0 +1,198 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults applied by the GitProviderSpec getters.
+const (
+	// DefaultCommitWindow is the commit window used when spec.commitWindow is not set.
+	DefaultCommitWindow = 5 * time.Second
+	// DefaultCommitterName is the committer name used when spec.committer is not set.
+	DefaultCommitterName = "kubescribe"
+	// DefaultCommitterEmail is the committer email used when spec.committer is not set.
+	DefaultCommitterEmail = "kubescribe@kubescribe.invalid"
+	// DefaultAuthorEmailDomain is the author email domain used when spec.authorEmailDomain is
+	// not set.
+	DefaultAuthorEmailDomain = "users.kubescribe.invalid"
+)
+
+// Keys read from the Secret named by GitProviderSpec.SecretRef.
+const (
+	// SecretKeyUsername is the HTTP(S) basic-auth username. Optional: when only a password is
+	// given, the username is DefaultGitUsername.
+	SecretKeyUsername = "username"
+	// SecretKeyPassword is the HTTP(S) basic-auth password or access token.
+	SecretKeyPassword = "password"
+	// SecretKeyCACert is a PEM bundle of certificate authorities trusted for an https:// remote,
+	// in addition to the system roots.
+	SecretKeyCACert = "ca.crt"
+	// SecretKeyIdentity is the PEM-encoded private key for an SSH remote.
+	SecretKeyIdentity = "identity"
+	// SecretKeyKnownHosts is the known_hosts content an SSH remote's host key is checked against.
+	SecretKeyKnownHosts = "known_hosts"
+	// DefaultGitUsername is the HTTP(S) username used when the Secret has a password but no
+	// username.
+	DefaultGitUsername = "git"
+)
+
+// GitProviderSpec describes a Git repository and how kubescribe writes to it.
+type GitProviderSpec struct {
+	// URL of the repository: an https://, http:// or ssh:// URL, or the scp-like form
+	// user@host:path (for example git@github.com:example/config.git).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^((https?|ssh)://[^\x00-\x20\x7f]+|[A-Za-z0-9._~-]+@([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[^\x00-\x20\x7f]+)$`
+	URL string `json:"url"`
+
+	// SecretRef names a Secret in the same namespace holding the credentials for the repository.
+	// For https:// and http:// URLs it is read for the keys "username" and "password" (a password
+	// or access token alone is enough: the username then defaults to "git") and, optionally,
+	// "ca.crt" (PEM certificate authorities to trust in addition to the system roots). For ssh://
+	// and scp-like URLs it is read for the keys "identity" (private key) and "known_hosts"; SSH
+	// authentication is reserved for a later release. When unset, the repository is accessed
+	// anonymously.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Committer is the identity recorded as the committer of every commit kubescribe makes; the
+	// author is the user who made the change. Defaults to name "kubescribe", email
+	// "kubescribe@kubescribe.invalid".
+	// +optional
+	Committer *Identity `json:"committer,omitempty"`
+
+	// CommitWindow is how long a commit stays open: the changes of one author on one GitTarget
+	// made within this window become one commit; a change by a different author closes the
+	// window. A Go duration such as "5s" or "1m30s"; "0s" commits every change on its own.
+	// Defaults to 5s.
+	// +optional
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	CommitWindow *metav1.Duration `json:"commitWindow,omitempty"`
+
+	// AuthorEmailDomain is the domain of the author email for Kubernetes usernames that contain
+	// no '@': such a user's commits are authored as <username>@<authorEmailDomain>. Defaults to
+	// "users.kubescribe.invalid".
+	// +optional
+	// +kubebuilder:default="users.kubescribe.invalid"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`
+	AuthorEmailDomain string `json:"authorEmailDomain,omitempty"`
+}
+
+// GitProviderStatus is the observed state of a GitProvider.
+type GitProviderStatus struct {
+	// ObservedGeneration is the metadata.generation of the GitProvider the status was computed
+	// from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions describe the GitProvider's state. The Ready condition is True once the Secret
+	// (if any) is valid and the remote answered with the credentials.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// GitProvider is a Git repository and the credentials kubescribe pushes to it with. GitTargets
+// in the same namespace name it to choose a branch and folder of the repository.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,categories=kubescribe
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].reason"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="URL",type="string",JSONPath=".spec.url",priority=1
+type GitProvider struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state of the GitProvider.
+	// +required
+	Spec GitProviderSpec `json:"spec"`
+
+	// Status is the observed state of the GitProvider.
+	// +optional
+	Status GitProviderStatus `json:"status,omitempty"`
+}
+
+// GitProviderList is a list of GitProviders.
+//
+// +kubebuilder:object:root=true
+type GitProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items are the GitProviders.
+	Items []GitProvider `json:"items"`
+}
+
+// GetCommitWindow returns spec.commitWindow, or DefaultCommitWindow when it is unset or negative.
+func (s *GitProviderSpec) GetCommitWindow() time.Duration {
+	if s == nil || s.CommitWindow == nil || s.CommitWindow.Duration < 0 {
+		return DefaultCommitWindow
+	}
+	return s.CommitWindow.Duration
+}
+
+// GetCommitter returns spec.committer with DefaultCommitterName and DefaultCommitterEmail in
+// place of an unset committer or an empty field.
+func (s *GitProviderSpec) GetCommitter() Identity {
+	id := Identity{Name: DefaultCommitterName, Email: DefaultCommitterEmail}
+	if s == nil || s.Committer == nil {
+		return id
+	}
+	if s.Committer.Name != "" {
+		id.Name = s.Committer.Name
+	}
+	if s.Committer.Email != "" {
+		id.Email = s.Committer.Email
+	}
+	return id
+}
+
+// GetAuthorEmailDomain returns spec.authorEmailDomain, or DefaultAuthorEmailDomain when it is
+// empty.
+func (s *GitProviderSpec) GetAuthorEmailDomain() string {
+	if s == nil || s.AuthorEmailDomain == "" {
+		return DefaultAuthorEmailDomain
+	}
+	return s.AuthorEmailDomain
+}
+
+// GetCommitWindow returns the provider's commit window; see GitProviderSpec.GetCommitWindow.
+func (p *GitProvider) GetCommitWindow() time.Duration {
+	if p == nil {
+		return DefaultCommitWindow
+	}
+	return p.Spec.GetCommitWindow()
+}
+
+// GetCommitter returns the provider's committer; see GitProviderSpec.GetCommitter.
+func (p *GitProvider) GetCommitter() Identity {
+	if p == nil {
+		return (*GitProviderSpec)(nil).GetCommitter()
+	}
+	return p.Spec.GetCommitter()
+}
+
+// GetAuthorEmailDomain returns the provider's author email domain; see
+// GitProviderSpec.GetAuthorEmailDomain.
+func (p *GitProvider) GetAuthorEmailDomain() string {
+	if p == nil {
+		return DefaultAuthorEmailDomain
+	}
+	return p.Spec.GetAuthorEmailDomain()
+}

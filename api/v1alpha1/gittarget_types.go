@@ -1,0 +1,171 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultKubeConfigKey is the Secret key read for a source cluster's kubeconfig when
+// spec.sourceCluster.kubeConfigSecretRef.key is empty.
+const DefaultKubeConfigKey = "kubeconfig"
+
+// GitTargetSpec describes where in a GitProvider's repository objects are written.
+type GitTargetSpec struct {
+	// ProviderRef names the GitProvider, in the same namespace, whose repository this target
+	// writes to. Immutable: to move a target to another repository, create a new GitTarget.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="providerRef is immutable"
+	ProviderRef LocalObjectReference `json:"providerRef"`
+
+	// Branch of the repository that commits are pushed to, without the "refs/heads/" prefix. It
+	// must be a valid Git branch name: no whitespace, control characters or any of ~^:?*[\, no
+	// "..", "//" or "@{", not starting with '-' or '/', not ending with '/', '.' or ".lock".
+	// Changing it retargets the GitTarget.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x20\x7f~^:?*\[\\/-][^\x00-\x20\x7f~^:?*\[\\]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="branch must not contain '..'"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('//') && !self.contains('@{') && self != '@'",message="branch must not contain '//' or '@{' and must not be '@'"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock')",message="branch must not end with '/', '.' or '.lock'"
+	Branch string `json:"branch"`
+
+	// Path is the folder inside the repository that objects are written under, with '/' as
+	// separator, for example "clusters/prod". Empty means the repository root. It must be
+	// relative (no leading '/') and contain no empty, "." or ".." segments (so no trailing '/').
+	// Changing it retargets the GitTarget; the old folder is left in place.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f\\]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="path must be relative: no leading '/'"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.startsWith('/') || self.split('/').all(s, s != '' && s != '.' && s != '..')",message="path must not contain empty, '.' or '..' segments"
+	Path string `json:"path,omitempty"`
+
+	// SourceCluster makes the target mirror a remote cluster, reached with a kubeconfig from a
+	// Secret, instead of the cluster kubescribe runs in. Reserved for a later release: while it
+	// is not supported, a GitTarget that sets it is reported Ready=False with reason
+	// SourceClusterUnsupported and nothing is mirrored into it.
+	// +optional
+	SourceCluster *SourceCluster `json:"sourceCluster,omitempty"`
+}
+
+// SourceCluster identifies a remote cluster whose objects a GitTarget mirrors.
+type SourceCluster struct {
+	// KubeConfigSecretRef names the Secret, in the GitTarget's namespace, and the key in it that
+	// holds the kubeconfig for the remote cluster. The key defaults to "kubeconfig".
+	// +required
+	KubeConfigSecretRef SecretKeyReference `json:"kubeConfigSecretRef"`
+
+	// AuditRoute is the {route} of POST /audit/{route} that the remote cluster's kube-apiserver
+	// sends its audit events to; it tells kubescribe which cluster an audit event came from.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	AuditRoute string `json:"auditRoute"`
+}
+
+// Destination is where a GitTarget writes: the part of its spec that can be retargeted.
+type Destination struct {
+	// Branch is the branch commits are pushed to.
+	// +required
+	Branch string `json:"branch"`
+
+	// Path is the folder inside the repository; empty is the repository root.
+	// +optional
+	Path string `json:"path"`
+
+	// SourceCluster is the auditRoute of the remote source cluster; empty for the cluster
+	// kubescribe runs in.
+	// +optional
+	SourceCluster string `json:"sourceCluster,omitempty"`
+}
+
+// GitTargetStatus is the observed state of a GitTarget.
+type GitTargetStatus struct {
+	// ObservedGeneration is the metadata.generation of the GitTarget the status was computed
+	// from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions describe the GitTarget's state. The Ready condition is True once its
+	// GitProvider is Ready and the destination is valid and being written to.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// ObservedDestination is the destination the controller has materialized. While it differs
+	// from the spec's branch, path and sourceCluster, the target is being retargeted.
+	// +optional
+	ObservedDestination *Destination `json:"observedDestination,omitempty"`
+
+	// LastCommit is the SHA of the last commit pushed for this target.
+	// +optional
+	LastCommit string `json:"lastCommit,omitempty"`
+
+	// LastPushTime is when the last commit for this target was pushed.
+	// +optional
+	LastPushTime *metav1.Time `json:"lastPushTime,omitempty"`
+}
+
+// GitTarget is a branch and folder of a GitProvider's repository that WatchRules in the same
+// namespace mirror objects into.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,categories=kubescribe
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].reason"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Provider",type="string",JSONPath=".spec.providerRef.name",priority=1
+// +kubebuilder:printcolumn:name="Branch",type="string",JSONPath=".spec.branch",priority=1
+// +kubebuilder:printcolumn:name="Path",type="string",JSONPath=".spec.path",priority=1
+// +kubebuilder:printcolumn:name="Last Commit",type="string",JSONPath=".status.lastCommit",priority=1
+type GitTarget struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state of the GitTarget.
+	// +required
+	Spec GitTargetSpec `json:"spec"`
+
+	// Status is the observed state of the GitTarget.
+	// +optional
+	Status GitTargetStatus `json:"status,omitempty"`
+}
+
+// GitTargetList is a list of GitTargets.
+//
+// +kubebuilder:object:root=true
+type GitTargetList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items are the GitTargets.
+	Items []GitTarget `json:"items"`
+}
+
+// KubeConfigKey returns the Secret key holding the kubeconfig: kubeConfigSecretRef.key, or
+// DefaultKubeConfigKey when it is empty.
+func (s *SourceCluster) KubeConfigKey() string {
+	if s == nil || s.KubeConfigSecretRef.Key == "" {
+		return DefaultKubeConfigKey
+	}
+	return s.KubeConfigSecretRef.Key
+}
+
+// Destination returns the destination the spec asks for, to compare with
+// status.observedDestination.
+func (s *GitTargetSpec) Destination() Destination {
+	d := Destination{Branch: s.Branch, Path: s.Path}
+	if s.SourceCluster != nil {
+		d.SourceCluster = s.SourceCluster.AuditRoute
+	}
+	return d
+}
