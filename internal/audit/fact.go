@@ -21,6 +21,12 @@ type Fact struct {
 	// ResourceVersion is the post-write resourceVersion, read from responseObject.metadata,
 	// never from the request. Empty for an immediate delete (its response is a Status).
 	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Terminating is true when the response object carries metadata.deletionTimestamp. For a
+	// delete it means the deletion is held by finalizers (ResourceVersion is the write that set
+	// deletionTimestamp). For any other verb the object was already being deleted: a write that
+	// removes the last finalizer answers with the held delete's resourceVersion and completes
+	// the deletion, but it must not take the deletion's credit.
+	Terminating bool `json:"terminating,omitempty"`
 	// Verb is create, update, patch, delete or deletecollection.
 	Verb string `json:"verb"`
 	// User is the effective user: impersonatedUser when present, else user.

@@ -1,0 +1,172 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultMaxBodyBytes is the default limit on an EventList body.
+const DefaultMaxBodyBytes int64 = 10 << 20
+
+// FactStore makes facts durable. internal/attribution implements it. StoreFacts returns nil
+// only once every fact is stored; the handler acknowledges the batch only then.
+type FactStore interface {
+	StoreFacts(ctx context.Context, facts []Fact) error
+}
+
+// HandlerOptions configure NewHandler.
+type HandlerOptions struct {
+	// Store receives the facts of every batch. Required.
+	Store FactStore
+	// MaxBodyBytes limits an EventList body; larger bodies are answered 413. Zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Authenticator decides who may post. Its zero value accepts verified client certificates
+	// only.
+	Authenticator Authenticator
+	// Logger defaults to a logger that discards.
+	Logger *slog.Logger
+	// Metrics defaults to metrics registered nowhere.
+	Metrics *Metrics
+}
+
+var routeRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// MaxRouteLength is the longest route name accepted (a DNS label).
+const MaxRouteLength = 63
+
+// ValidRoute reports whether route may name a source cluster: a DNS label, lower-case
+// alphanumerics and '-', starting and ending with an alphanumeric, at most 63 characters.
+func ValidRoute(route string) bool {
+	return len(route) <= MaxRouteLength && routeRE.MatchString(route)
+}
+
+type handler struct {
+	store   FactStore
+	max     int64
+	authn   Authenticator
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+// NewHandler returns the audit webhook endpoint: POST /audit/{route}, where route names the
+// source cluster (see ValidRoute). Every request is authenticated first (401 otherwise).
+// Answers: 200 once the batch's facts are stored, 400 for a body that is not an
+// audit.k8s.io/v1 EventList, 404 for an unknown path or an invalid route, 405 for a method
+// other than POST, 413 for a body over the limit, 503 when the store fails (the apiserver
+// retries the batch).
+func NewHandler(opts HandlerOptions) (http.Handler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("audit: HandlerOptions.Store is required")
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("audit: HandlerOptions.MaxBodyBytes must not be negative, got %d", opts.MaxBodyBytes)
+	}
+	h := &handler{
+		store:   opts.Store,
+		max:     opts.MaxBodyBytes,
+		authn:   opts.Authenticator,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+	}
+	if h.max == 0 {
+		h.max = DefaultMaxBodyBytes
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.log = h.log.With("component", "audit")
+	if h.metrics == nil {
+		h.metrics = NewMetrics(prometheus.NewRegistry())
+	}
+
+	r := chi.NewRouter()
+	r.Use(h.instrument, h.authenticate)
+	r.Post("/audit/{route}", h.serveAudit)
+	return r, nil
+}
+
+// instrument counts every answer, including chi's 404 and 405, by status code.
+func (h *handler) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		code := ww.Status()
+		if code == 0 {
+			code = http.StatusOK
+		}
+		h.metrics.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+		h.metrics.duration.Observe(time.Since(start).Seconds())
+	})
+}
+
+func (h *handler) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := h.authn.Authenticate(r); !ok {
+			// Say whether credentials were presented, never what they were.
+			_, hasToken := bearerToken(r)
+			h.log.Warn("unauthenticated audit request", "remote", r.RemoteAddr, "path", r.URL.Path,
+				"tls", r.TLS != nil, "bearer", hasToken)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kubescribe-audit"`)
+			http.Error(w, "unauthenticated: present a client certificate signed by the audit client CA or a valid bearer token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
+	route := chi.URLParam(r, "route")
+	if !ValidRoute(route) {
+		http.Error(w, "invalid route: want a DNS label (lower-case alphanumerics and '-', at most 63 characters)", http.StatusNotFound)
+		return
+	}
+	log := h.log.With("route", route)
+	if r.ContentLength > h.max {
+		log.Warn("audit batch too large", "contentLength", r.ContentLength, "limit", h.max)
+		http.Error(w, fmt.Sprintf("body exceeds %d bytes", h.max), http.StatusRequestEntityTooLarge)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.max+1))
+	if err != nil {
+		log.Warn("reading audit batch", "err", err)
+		http.Error(w, "unable to read body", http.StatusBadRequest)
+		return
+	}
+	if int64(len(body)) > h.max {
+		log.Warn("audit batch too large", "limit", h.max)
+		http.Error(w, fmt.Sprintf("body exceeds %d bytes", h.max), http.StatusRequestEntityTooLarge)
+		return
+	}
+	h.metrics.batchBytes.Observe(float64(len(body)))
+
+	facts, stats, err := decodeBytes(body, route)
+	if err != nil {
+		log.Warn("undecodable audit batch", "err", err, "bytes", len(body))
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(facts) > 0 {
+		if err := h.store.StoreFacts(r.Context(), facts); err != nil {
+			log.Error("storing audit facts failed; answering 503 so the apiserver retries",
+				"err", err, "facts", len(facts), "events", stats.Events)
+			http.Error(w, "fact store unavailable", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	h.metrics.observeStats(stats)
+	log.Debug("audit batch stored", "events", stats.Events, "facts", stats.Kept)
+	w.WriteHeader(http.StatusOK)
+}

@@ -1,0 +1,312 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeStore records stored batches; err makes StoreFacts fail.
+type fakeStore struct {
+	mu      sync.Mutex
+	err     error
+	batches [][]Fact
+}
+
+func (s *fakeStore) StoreFacts(_ context.Context, facts []Fact) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.batches = append(s.batches, facts)
+	return nil
+}
+
+func (s *fakeStore) stored() [][]Fact {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches
+}
+
+const (
+	goodToken  = "kubescribe-good-token-7f3a9c"
+	wrongToken = "kubescribe-wrong-token-0b1d2e"
+)
+
+type testHandler struct {
+	http.Handler
+	store   *fakeStore
+	metrics *Metrics
+	logs    *bytes.Buffer
+}
+
+func newTestHandler(t *testing.T, mutate func(*HandlerOptions)) *testHandler {
+	t.Helper()
+	th := &testHandler{store: &fakeStore{}, metrics: NewMetrics(prometheus.NewRegistry()), logs: &bytes.Buffer{}}
+	opts := HandlerOptions{
+		Store:         th.store,
+		Authenticator: Authenticator{Tokens: [][]byte{[]byte("another-token"), []byte(goodToken)}},
+		Logger:        slog.New(slog.NewJSONHandler(th.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:       th.metrics,
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	h, err := NewHandler(opts)
+	require.NoError(t, err)
+	th.Handler = h
+	return th
+}
+
+func fixture(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func TestHandler(t *testing.T) {
+	good := fixture(t, "testdata/update.json") // one event, kept
+	tests := []struct {
+		name        string
+		method      string
+		path        string
+		auth        string
+		body        []byte
+		unknownLen  bool
+		mutate      func(*HandlerOptions)
+		storeErr    error
+		wantCode    int
+		wantBody    string
+		wantStored  int // batches
+		wantHeaders map[string]string
+	}{
+		{name: "no credentials", method: http.MethodPost, path: "/audit/local", body: good, wantCode: 401,
+			wantHeaders: map[string]string{"WWW-Authenticate": "Bearer"}},
+		{name: "wrong token", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + wrongToken, body: good, wantCode: 401},
+		{name: "token prefix is not the token", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken[:10], body: good, wantCode: 401},
+		{name: "basic scheme", method: http.MethodPost, path: "/audit/local", auth: "Basic " + goodToken, body: good, wantCode: 401},
+		{name: "empty bearer", method: http.MethodPost, path: "/audit/local", auth: "Bearer ", body: good, wantCode: 401},
+		{name: "no tokens configured", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good,
+			mutate: func(o *HandlerOptions) { o.Authenticator = Authenticator{} }, wantCode: 401},
+		{name: "unauthenticated on an unknown path", method: http.MethodGet, path: "/metrics", wantCode: 401},
+		{name: "good token", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good, wantCode: 200, wantStored: 1},
+		{name: "scheme is case-insensitive", method: http.MethodPost, path: "/audit/local", auth: "bearer " + goodToken, body: good, wantCode: 200, wantStored: 1},
+		{name: "nothing to keep is acknowledged without a store call", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken,
+			body: fixture(t, "testdata/forbidden.json"), storeErr: errors.New("down"), wantCode: 200},
+		{name: "over the limit", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good,
+			mutate: func(o *HandlerOptions) { o.MaxBodyBytes = int64(len(good)) - 1 }, wantCode: 413},
+		{name: "over the limit, length unknown", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good, unknownLen: true,
+			mutate: func(o *HandlerOptions) { o.MaxBodyBytes = int64(len(good)) - 1 }, wantCode: 413},
+		{name: "exactly the limit", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good, unknownLen: true,
+			mutate: func(o *HandlerOptions) { o.MaxBodyBytes = int64(len(good)) }, wantCode: 200, wantStored: 1},
+		{name: "malformed JSON", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good[:len(good)/2],
+			wantCode: 400, wantBody: "invalid JSON"},
+		{name: "wrong kind", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken,
+			body: []byte(`{"kind":"Policy","apiVersion":"audit.k8s.io/v1"}`), wantCode: 400, wantBody: `kind "Policy"`},
+		{name: "store fails", method: http.MethodPost, path: "/audit/local", auth: "Bearer " + goodToken, body: good,
+			storeErr: errors.New("redis: connection refused"), wantCode: 503},
+		{name: "wrong method", method: http.MethodGet, path: "/audit/local", auth: "Bearer " + goodToken, wantCode: 405},
+		{name: "PUT", method: http.MethodPut, path: "/audit/local", auth: "Bearer " + goodToken, body: good, wantCode: 405},
+		{name: "upper-case route", method: http.MethodPost, path: "/audit/Local", auth: "Bearer " + goodToken, body: good, wantCode: 404},
+		{name: "route ends with a dash", method: http.MethodPost, path: "/audit/local-", auth: "Bearer " + goodToken, body: good, wantCode: 404},
+		{name: "route too long", method: http.MethodPost, path: "/audit/" + strings.Repeat("a", 64), auth: "Bearer " + goodToken, body: good, wantCode: 404},
+		{name: "longest route", method: http.MethodPost, path: "/audit/" + strings.Repeat("a", 63), auth: "Bearer " + goodToken, body: good, wantCode: 200, wantStored: 1},
+		{name: "nested route", method: http.MethodPost, path: "/audit/a/b", auth: "Bearer " + goodToken, body: good, wantCode: 404},
+		{name: "no route", method: http.MethodPost, path: "/audit/", auth: "Bearer " + goodToken, body: good, wantCode: 404},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestHandler(t, tt.mutate)
+			h.store.err = tt.storeErr
+			req := httptest.NewRequest(tt.method, tt.path, bytes.NewReader(tt.body))
+			if tt.unknownLen {
+				req.ContentLength = -1
+			}
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			require.Equal(t, tt.wantCode, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), tt.wantBody)
+			for k, v := range tt.wantHeaders {
+				require.True(t, strings.HasPrefix(rec.Header().Get(k), v), "%s: %q", k, rec.Header().Get(k))
+			}
+			require.Len(t, h.store.stored(), tt.wantStored)
+			require.Equal(t, 1.0, testutil.ToFloat64(h.metrics.requests.WithLabelValues(strconv.Itoa(tt.wantCode))))
+			// Events are counted only for acknowledged batches.
+			wantKept := 0.0
+			if tt.wantStored > 0 {
+				wantKept = 1
+			}
+			require.Equal(t, wantKept, testutil.ToFloat64(h.metrics.events.WithLabelValues(ResultKept)))
+		})
+	}
+}
+
+func TestHandlerStoresFacts(t *testing.T) {
+	h := newTestHandler(t, nil)
+	body := fixture(t, "testdata/delete-finalizer.json")
+	want, _, err := Decode(bytes.NewReader(body), "prod-eu-1")
+	require.NoError(t, err)
+	require.Len(t, want, 3)
+
+	req := httptest.NewRequest(http.MethodPost, "/audit/prod-eu-1", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Equal(t, [][]Fact{want}, h.store.stored())
+	require.Equal(t, 3.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(ResultKept)))
+	require.Equal(t, 1, testutil.CollectAndCount(h.metrics.batchBytes))
+}
+
+func TestHandlerDropMetrics(t *testing.T) {
+	h := newTestHandler(t, nil)
+	req := httptest.NewRequest(http.MethodPost, "/audit/local", bytes.NewReader(fixture(t, "testdata/handmade/noise.json")))
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Equal(t, 2.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(ResultKept)))
+	require.Equal(t, 2.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(string(DropVerb))))
+	require.Equal(t, 1.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(string(DropStage))))
+}
+
+func TestNewMetricsPreinitialises(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	n, err := testutil.GatherAndCount(reg, "kubescribe_audit_requests_total", "kubescribe_audit_events_total")
+	require.NoError(t, err)
+	require.Equal(t, len(responseCodes)+1+len(DropReasons), n)
+}
+
+func TestNewHandlerOptions(t *testing.T) {
+	_, err := NewHandler(HandlerOptions{})
+	require.ErrorContains(t, err, "audit: HandlerOptions.Store is required")
+	_, err = NewHandler(HandlerOptions{Store: &fakeStore{}, MaxBodyBytes: -1})
+	require.ErrorContains(t, err, "MaxBodyBytes")
+	h, err := NewHandler(HandlerOptions{Store: &fakeStore{}}) // nil logger and metrics are fine
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/audit/x", strings.NewReader("{}")))
+	require.Equal(t, http.StatusUnauthorized, rec.Code)
+}
+
+func TestHandlerClientCert(t *testing.T) {
+	h := newTestHandler(t, func(o *HandlerOptions) { o.Authenticator = Authenticator{} })
+	body := fixture(t, "testdata/update.json")
+
+	req := httptest.NewRequest(http.MethodPost, "/audit/local", bytes.NewReader(body))
+	req.TLS = &tls.ConnectionState{} // TLS, but no verified client certificate
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusUnauthorized, rec.Code)
+
+	req = httptest.NewRequest(http.MethodPost, "/audit/local", bytes.NewReader(body))
+	req.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Len(t, h.store.stored(), 1)
+}
+
+// TestTokensNeverLogged drives every path that logs and checks no token reaches the log.
+func TestTokensNeverLogged(t *testing.T) {
+	h := newTestHandler(t, nil)
+	body := fixture(t, "testdata/update.json")
+	send := func(auth string, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, "/audit/local", bytes.NewReader(body))
+		req.Header.Set("Authorization", auth)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	send("Bearer "+wrongToken, body)
+	send("Bearer "+goodToken, body)
+	send("Bearer "+goodToken, []byte("{not json"))
+	h.store.err = errors.New("store down")
+	send("Bearer "+goodToken, body)
+
+	logs := h.logs.String()
+	require.Contains(t, logs, "unauthenticated audit request")
+	require.Contains(t, logs, "storing audit facts failed")
+	require.Contains(t, logs, "undecodable audit batch")
+	require.NotContains(t, logs, goodToken)
+	require.NotContains(t, logs, wrongToken)
+}
+
+func TestHandlerRealTLS(t *testing.T) {
+	ca := newTestCA(t)
+	other := newTestCA(t)
+	h := newTestHandler(t, func(o *HandlerOptions) { o.Authenticator = Authenticator{Tokens: [][]byte{[]byte(goodToken)}} })
+
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	srv.TLS = &tls.Config{
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  ca.pool,
+		MinVersion: tls.VersionTLS12,
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	body := fixture(t, "testdata/update.json")
+
+	post := func(t *testing.T, cert *tls.Certificate, token string) (int, error) {
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		if cert != nil {
+			tr.TLSClientConfig.Certificates = []tls.Certificate{*cert}
+		}
+		t.Cleanup(tr.CloseIdleConnections)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/audit/local", bytes.NewReader(body))
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+
+	t.Run("client certificate", func(t *testing.T) {
+		cert := ca.clientCert(t, "kube-apiserver")
+		code, err := post(t, &cert, "")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+	})
+	t.Run("no certificate, no token", func(t *testing.T) {
+		code, err := post(t, nil, "")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, code)
+	})
+	t.Run("no certificate, token", func(t *testing.T) {
+		code, err := post(t, nil, goodToken)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+	})
+	t.Run("certificate from another CA is refused in the handshake", func(t *testing.T) {
+		cert := other.clientCert(t, "intruder")
+		_, err := post(t, &cert, "")
+		require.Error(t, err)
+	})
+}
