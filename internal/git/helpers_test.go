@@ -1,0 +1,248 @@
+package git
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+var (
+	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	deploys    = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	tenants    = types.NamespacedName{Namespace: "kubescribe", Name: "tenants"}
+	otherTgt   = types.NamespacedName{Namespace: "kubescribe", Name: "other"}
+	observedAt = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	fixedNow   = time.Date(2026, 3, 4, 6, 0, 0, 0, time.UTC)
+)
+
+// runGit runs the git CLI in dir and returns its trimmed stdout.
+func runGit(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	out, err := gitOutput(dir, args...)
+	require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
+	return out
+}
+
+func gitOutput(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return strings.TrimSpace(string(out) + stderr.String()), err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// newBareRemote creates a bare repository and returns its directory and file:// URL.
+func newBareRemote(t testing.TB) (string, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "remote.git")
+	runGit(t, "", "init", "--bare", "-q", dir)
+	return dir, "file://" + dir
+}
+
+// gitLog returns `git log --format=<format>` of branch in the bare repository, newest first.
+func gitLog(t testing.TB, gitDir, branch, format string) []string {
+	t.Helper()
+	out := runGit(t, "", "--git-dir="+gitDir, "log", "--format="+format, branch, "--")
+	if out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
+}
+
+// gitFiles lists the files of branch.
+func gitFiles(t testing.TB, gitDir, branch string) []string {
+	t.Helper()
+	out := runGit(t, "", "--git-dir="+gitDir, "ls-tree", "-r", "--name-only", branch)
+	if out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
+}
+
+// gitShow returns the content of path on branch.
+func gitShow(t testing.TB, gitDir, branch, path string) string {
+	t.Helper()
+	return runGit(t, "", "--git-dir="+gitDir, "show", branch+":"+path)
+}
+
+// pushCommitFromClone clones url, writes file in it and pushes branch, as another writer would.
+func pushCommitFromClone(t testing.TB, url, branch, file, content string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "clone")
+	runGit(t, "", "clone", "-q", "--branch", branch, url, dir)
+	require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644))
+	runGit(t, dir, "add", file)
+	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", "manual edit")
+	runGit(t, dir, "push", "-q", "origin", branch)
+}
+
+func manifest(kind, ns, name, data string) []byte {
+	meta := "  name: " + name + "\n"
+	if ns != "" {
+		meta += "  namespace: " + ns + "\n"
+	}
+	return []byte(fmt.Sprintf("apiVersion: v1\nkind: %s\nmetadata:\n%sdata:\n  key: %s\n", kind, meta, data))
+}
+
+// cmChange is a ConfigMap change on the "tenants" target.
+func cmChange(op watch.Op, ns, name, data string) watch.Change {
+	c := watch.Change{
+		Cluster:         "prod",
+		Target:          tenants,
+		GVR:             configMaps,
+		Namespace:       ns,
+		Name:            name,
+		UID:             "uid-" + name,
+		ResourceVersion: "100",
+		Op:              op,
+		Observed:        observedAt,
+	}
+	if op != watch.OpDelete {
+		c.Manifest = manifest("ConfigMap", ns, name, data)
+	}
+	return c
+}
+
+// by attributes c to a resolved user.
+func by(user, auditID string, c watch.Change) attribution.AttributedChange {
+	return attribution.AttributedChange{Change: c, Author: attribution.Author{
+		Identity: audit.Identity{Username: user}, Resolved: true, AuditID: auditID, Verb: "update",
+	}}
+}
+
+func unresolved(c watch.Change) attribution.AttributedChange {
+	return attribution.AttributedChange{Change: c, Author: attribution.Author{
+		Identity: audit.Identity{Username: attribution.UnresolvedUsername},
+	}}
+}
+
+// pushLog records OnPushed calls.
+type pushLog struct {
+	mu      sync.Mutex
+	results []PushResult
+}
+
+func (p *pushLog) record(r PushResult) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.results = append(p.results, r)
+}
+
+func (p *pushLog) commits() []CommitInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []CommitInfo
+	for _, r := range p.results {
+		out = append(out, r.Commits...)
+	}
+	return out
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type testWorker struct {
+	*Worker
+	pushes *pushLog
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func testOptions(url string) Options {
+	return Options{
+		URL:               url,
+		Branch:            "main",
+		Committer:         Signature{Name: "kubescribe", Email: "kubescribe@example.com"},
+		CommitWindow:      time.Hour,
+		AuthorEmailDomain: "users.example.com",
+		Now:               func() time.Time { return fixedNow },
+	}
+}
+
+// startWorker creates and runs a worker; stop it with tw.stop (or at cleanup).
+func startWorker(t testing.TB, opts Options) *testWorker {
+	t.Helper()
+	tw := &testWorker{pushes: &pushLog{}, logs: &syncBuffer{}, done: make(chan error, 1)}
+	opts.OnPushed = tw.pushes.record
+	opts.Logger = slog.New(slog.NewTextHandler(tw.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w, err := NewWorker(opts)
+	require.NoError(t, err)
+	w.backoff = func(int) time.Duration { return 20 * time.Millisecond }
+	w.finalTimeout = 10 * time.Second
+	tw.Worker = w
+	ctx, cancel := context.WithCancel(context.Background())
+	tw.cancel = cancel
+	go func() { tw.done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		_ = tw.stop(t)
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", tw.logs.String())
+		}
+	})
+	return tw
+}
+
+// stop cancels Run and returns its error; later calls return nil.
+func (tw *testWorker) stop(t testing.TB) error {
+	t.Helper()
+	tw.cancel()
+	select {
+	case err, ok := <-tw.done:
+		if !ok {
+			return nil
+		}
+		close(tw.done)
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not stop")
+		return nil
+	}
+}
+
+// waitPushed waits until nothing is pending and at least one push happened.
+func (tw *testWorker) waitPushed(t testing.TB) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st := tw.Status()
+		return st.Pending == 0 && !st.LastPush.IsZero()
+	}, 20*time.Second, 10*time.Millisecond, "worker did not push")
+}

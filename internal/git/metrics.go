@@ -1,0 +1,71 @@
+package git
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Push results, the values of kubescribe_git_push_total's "result" label.
+const (
+	pushResultSuccess  = "success"
+	pushResultRejected = "rejected" // non-fast-forward: the remote moved, pending commits are rebuilt
+	pushResultError    = "error"
+)
+
+// Metrics of the git workers. One Metrics may be shared by all workers of a process; values are
+// summed over them.
+type Metrics struct {
+	commits      prometheus.Counter
+	pushes       *prometheus.CounterVec
+	pushDuration prometheus.Histogram
+	pending      prometheus.Gauge
+}
+
+// NewMetrics creates the git metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		commits: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_commits_total",
+			Help: "Commits created by the git workers (rebuilding a commit on a new remote tip does not count again).",
+		}),
+		pushes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_git_push_total",
+			Help: "Push attempts by result: success, rejected (non-fast-forward, rebuilt and retried) or error.",
+		}, []string{"result"}),
+		pushDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubescribe_git_push_duration_seconds",
+			Help:    "Duration of push attempts, whatever their result.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 11),
+		}),
+		pending: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_git_pending_changes",
+			Help: "Changes submitted to the git workers and not yet pushed.",
+		}),
+	}
+	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
+		m.pushes.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *Metrics) commitCreated() {
+	if m != nil {
+		m.commits.Inc()
+	}
+}
+
+func (m *Metrics) pushed(result string, d time.Duration) {
+	if m != nil {
+		m.pushes.WithLabelValues(result).Inc()
+		m.pushDuration.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) addPending(n int) {
+	if m != nil && n != 0 {
+		m.pending.Add(float64(n))
+	}
+}
