@@ -1,0 +1,313 @@
+package controlplane
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// modulePath is the module whose bin/ holds the kube-apiserver built by `make kube-apiserver`.
+const modulePath = "github.com/kubescribe/kubescribe"
+
+type binaries struct {
+	kubeAPIServer, etcd, redis, git string
+}
+
+// findBinaries locates kube-apiserver ($KUBE_APISERVER, else <module root>/bin/kube-apiserver)
+// and etcd, redis-server and git on $PATH.
+func findBinaries() (binaries, error) {
+	var b binaries
+	var err error
+	if b.kubeAPIServer, err = kubeAPIServerPath(); err != nil {
+		return b, err
+	}
+	for _, x := range []struct {
+		name string
+		dst  *string
+	}{{"etcd", &b.etcd}, {"redis-server", &b.redis}, {"git", &b.git}} {
+		if *x.dst, err = exec.LookPath(x.name); err != nil {
+			return b, fmt.Errorf("controlplane: %s not found on PATH (run `make deps`, or apt-get install etcd-server redis-server git): %w", x.name, err)
+		}
+	}
+	return b, nil
+}
+
+func kubeAPIServerPath() (string, error) {
+	if p := os.Getenv("KUBE_APISERVER"); p != "" {
+		if err := checkExecutable(p); err != nil {
+			return "", fmt.Errorf("controlplane: KUBE_APISERVER=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", fmt.Errorf("controlplane: KUBE_APISERVER is not set and %w; run `make kube-apiserver` and set KUBE_APISERVER=<repo>/bin/kube-apiserver", err)
+	}
+	return builtAPIServer(root)
+}
+
+// builtAPIServer returns <root>/bin/kube-apiserver, where `make kube-apiserver` puts it.
+func builtAPIServer(root string) (string, error) {
+	p := filepath.Join(root, "bin", "kube-apiserver")
+	if err := checkExecutable(p); err != nil {
+		return "", fmt.Errorf("controlplane: kube-apiserver binary not found: %w; run `make kube-apiserver` in %s (or set KUBE_APISERVER)", err, root)
+	}
+	return p, nil
+}
+
+func checkExecutable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", p)
+	}
+	return nil
+}
+
+// moduleRoot finds the kubescribe module root above the working directory (go test runs in
+// the package directory) or, failing that, above this source file.
+func moduleRoot() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, dir := range starts {
+		for {
+			if isModuleRoot(dir) {
+				return dir, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", fmt.Errorf("no go.mod of module %s found above %v", modulePath, starts)
+}
+
+func isModuleRoot(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if fields := strings.Fields(s.Text()); len(fields) >= 2 && fields[0] == "module" {
+			return strings.Trim(fields[1], `"`) == modulePath
+		}
+	}
+	return false
+}
+
+// startEtcd starts a single-member etcd with plain-HTTP client and peer URLs on 127.0.0.1.
+func (cp *ControlPlane) startEtcd(bin string, clientPort, peerPort int) (*process, error) {
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	args := []string{
+		"--name=controlplane",
+		"--data-dir=" + filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=controlplane=" + peerURL,
+		"--initial-cluster-state=new",
+		"--logger=zap",
+		"--log-outputs=stderr",
+	}
+	// Durability is pointless for a throw-away store; skip fsync where etcd can.
+	if etcdSupports(bin, "--unsafe-no-fsync") {
+		args = append(args, "--unsafe-no-fsync")
+	}
+	env := os.Environ()
+	if runtime.GOARCH != "amd64" {
+		// etcd 3.4 refuses to run on other architectures unless told to.
+		env = append(env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
+	}
+	logPath := filepath.Join(cp.Dir, "etcd.log")
+	cp.logPaths = append(cp.logPaths, logPath)
+	return startProcess("etcd", logPath, bin, args, env, cp.logf)
+}
+
+// etcdSupports reports whether `etcd --help` mentions flag.
+func etcdSupports(bin, flag string) bool {
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	return strings.Contains(string(out), flag)
+}
+
+// startAPIServer writes the apiserver's configuration and starts it.
+func (cp *ControlPlane) startAPIServer(bin, etcdURL string, port int) (*process, error) {
+	certs := filepath.Join(cp.Dir, "certs")
+	certPEM, keyPEM, err := cp.CA.Issue("kube-apiserver",
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 0, 0, 1)}, false)
+	if err != nil {
+		return nil, err
+	}
+	saKey, saPub, err := serviceAccountKeys()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{
+		"apiserver.crt": certPEM,
+		"apiserver.key": keyPEM,
+		"sa.key":        saKey,
+		"sa.pub":        saPub,
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+	}
+	policyPath, webhookPath, err := cp.writeAuditConfig()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		// The endpoint reconciler refuses a loopback address, and no one needs the endpoints of
+		// the "kubernetes" Service here.
+		"--endpoint-reconciler-type=none",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + filepath.Join(certs, "apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(certs, "apiserver.key"),
+		"--client-ca-file=" + filepath.Join(certs, "ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(certs, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(certs, "sa.key"),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--token-auth-file=" + filepath.Join(certs, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--audit-policy-file=" + policyPath,
+		"--audit-webhook-config-file=" + webhookPath,
+		"--audit-webhook-batch-max-wait=1s",
+		"--audit-webhook-initial-backoff=1s",
+		"--profiling=false",
+	}
+	logPath := filepath.Join(cp.Dir, "kube-apiserver.log")
+	cp.logPaths = append(cp.logPaths, logPath)
+	return startProcess("kube-apiserver", logPath, bin, args, os.Environ(), cp.logf)
+}
+
+// startRedisProcess starts redis-server for the first time (no waiting).
+func (cp *ControlPlane) startRedisProcess() error {
+	cp.redisMu.Lock()
+	defer cp.redisMu.Unlock()
+	cp.logPaths = append(cp.logPaths, filepath.Join(cp.Dir, "redis.log"))
+	return cp.startRedisLocked()
+}
+
+func (cp *ControlPlane) startRedisLocked() error {
+	_, port, _ := net.SplitHostPort(cp.RedisAddr)
+	args := []string{
+		"--port", port,
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", filepath.Join(cp.Dir, "redis"),
+	}
+	p, err := startProcess("redis-server", filepath.Join(cp.Dir, "redis.log"), cp.redisBin, args, os.Environ(), cp.logf)
+	if err != nil {
+		return err
+	}
+	cp.redis = p
+	return nil
+}
+
+// etcdHealthy asks etcd's /health endpoint.
+func etcdHealthy(ctx context.Context, baseURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"health":"true"`) {
+		return fmt.Errorf("etcd /health: %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// apiserverReady asks the apiserver's /readyz as the admin.
+func apiserverReady(ctx context.Context, cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		if len(body) > 0 {
+			return fmt.Errorf("%w: %s", err, lastLines(string(body), 10))
+		}
+		return err
+	}
+	return nil
+}
+
+// redisPing sends PING in RESP and expects +PONG.
+func redisPing(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(deadline)
+	}
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("redis PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("controlplane: random token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
