@@ -1,0 +1,94 @@
+// Command kubescribe is the command-line companion of the kubescribe service. Today it prints
+// what the kube-apiserver needs to send kubescribe its audit events:
+//
+//	kubescribe audit-policy                 the --audit-policy-file content
+//	kubescribe audit-webhook-config [flags] the --audit-webhook-config-file content
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/kubescribe/kubescribe/internal/audit"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `usage:
+  kubescribe audit-policy
+      print the audit policy for the apiserver's --audit-policy-file
+  kubescribe audit-webhook-config --url URL --ca-file FILE (--token-file FILE | --client-cert FILE --client-key FILE)
+      print the kubeconfig for the apiserver's --audit-webhook-config-file
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "audit-policy":
+		_, err = stdout.Write(audit.Policy())
+	case "audit-webhook-config":
+		err = webhookConfig(args[1:], stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		err = fmt.Errorf("unknown command %q", args[0])
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "kubescribe:", err)
+		if errors.Is(err, flag.ErrHelp) || strings.HasPrefix(err.Error(), "unknown command") {
+			fmt.Fprint(stderr, usage)
+		}
+		return 1
+	}
+	return 0
+}
+
+func webhookConfig(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("audit-webhook-config", flag.ContinueOnError)
+	url := fs.String("url", "", "kubescribe's audit endpoint, e.g. https://kubescribe.kubescribe.svc:8443/audit/local")
+	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token (first line) the apiserver presents")
+	certFile := fs.String("client-cert", "", "PEM client certificate the apiserver presents")
+	keyFile := fs.String("client-key", "", "PEM key of --client-cert")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := audit.WebhookConfig{URL: *url}
+	var err error
+	if *caFile == "" {
+		return errors.New("--ca-file is required: the apiserver must verify kubescribe's certificate")
+	}
+	if c.CAData, err = os.ReadFile(*caFile); err != nil {
+		return err
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return err
+		}
+		c.Token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+	}
+	if *certFile != "" || *keyFile != "" {
+		if c.ClientCertData, err = os.ReadFile(*certFile); err != nil {
+			return fmt.Errorf("--client-cert: %w", err)
+		}
+		if c.ClientKeyData, err = os.ReadFile(*keyFile); err != nil {
+			return fmt.Errorf("--client-key: %w", err)
+		}
+	}
+	out, err := audit.WebhookKubeconfig(c)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}

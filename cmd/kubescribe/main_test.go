@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestAuditPolicy(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"audit-policy"}, &out, &errOut))
+	require.Contains(t, out.String(), "kind: Policy")
+	require.Contains(t, out.String(), "level: RequestResponse")
+}
+
+func TestAuditWebhookConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
+	require.NoError(t, os.WriteFile(token, []byte("t0ken\n"), 0o600))
+
+	var out, errOut bytes.Buffer
+	code := run([]string{"audit-webhook-config", "--url", "https://kubescribe.kubescribe.svc:8443/audit/local", "--ca-file", ca, "--token-file", token}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	cfg, err := clientcmd.Load(out.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, "https://kubescribe.kubescribe.svc:8443/audit/local", cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server)
+	require.Equal(t, "t0ken", cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token)
+
+	tests := map[string][]string{
+		"no credentials": {"audit-webhook-config", "--url", "https://k:8443/audit/local", "--ca-file", ca},
+		"plain http":     {"audit-webhook-config", "--url", "http://k:8443/audit/local", "--ca-file", ca, "--token-file", token},
+		"no CA":          {"audit-webhook-config", "--url", "https://k:8443/audit/local", "--token-file", token},
+		"unknown":        {"frobnicate"},
+	}
+	for name, args := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			require.Equal(t, 1, run(args, &out, &errOut))
+			require.NotEmpty(t, errOut.String())
+			require.Empty(t, out.String())
+		})
+	}
+}

@@ -1,0 +1,99 @@
+// Command server runs kubescribe: it receives the kube-apiserver's audit events, watches the
+// objects WatchRules select and commits their changes to Git under their authors' names.
+// Flags are documented in docs/configuration.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/kubescribe/kubescribe/internal/app"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	opts, logger, err := parseFlags(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubescribe:", err)
+		return 2
+	}
+	opts.Logger = logger
+	a, err := app.New(opts)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills the process at once
+	}()
+	if err := a.Run(ctx); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string) (app.Options, *slog.Logger, error) {
+	opts := app.DefaultOptions()
+	fs := flag.NewFlagSet("kubescribe", flag.ContinueOnError)
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config, then $KUBECONFIG")
+	fs.StringVar(&opts.ClusterName, "cluster-name", opts.ClusterName, "audit route of the cluster kubescribe runs in (its apiserver posts to /audit/<name>)")
+	fs.StringVar(&opts.RedisAddr, "redis-addr", "", "Redis host:port (required)")
+	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else $REDIS_PASSWORD)")
+	fs.IntVar(&opts.RedisDB, "redis-db", 0, "Redis database number")
+	fs.StringVar(&opts.RedisKeyPrefix, "redis-key-prefix", opts.RedisKeyPrefix, "prefix of every Redis key; no glob characters or '%', trailing ':' trimmed")
+	fs.StringVar(&opts.AuditListenAddress, "audit-listen-address", opts.AuditListenAddress, "address of the TLS audit endpoint")
+	fs.StringVar(&opts.OpsListenAddress, "ops-listen-address", opts.OpsListenAddress, "address of /metrics, /healthz and /readyz (plain HTTP)")
+	fs.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate of the audit endpoint (required)")
+	fs.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of the audit endpoint (required)")
+	fs.StringVar(&opts.AuditClientCAFile, "audit-client-ca-file", "", "PEM CA bundle verifying apiserver client certificates")
+	fs.StringVar(&opts.AuditTokenFile, "audit-token-file", "", "file of accepted bearer tokens, one per line")
+	fs.Int64Var(&opts.AuditMaxBodyBytes, "audit-max-body-bytes", opts.AuditMaxBodyBytes, "largest audit batch accepted; larger ones are answered 413")
+	fs.DurationVar(&opts.AttributionGrace, "attribution-grace", opts.AttributionGrace, "how long a change waits for the audit fact naming its author")
+	fs.DurationVar(&opts.FactTTL, "fact-ttl", opts.FactTTL, "how long attribution facts are kept in Redis")
+	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "bound of the graceful shutdown")
+	fs.IntVar(&opts.ControllerWorkers, "controller-workers", opts.ControllerWorkers, "reconcile workers")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "json", "json or text")
+	if err := fs.Parse(args); err != nil {
+		return opts, nil, err
+	}
+	if fs.NArg() > 0 {
+		return opts, nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return opts, nil, fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var logger *slog.Logger
+	switch *logFormat {
+	case "json":
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+	case "text":
+		logger = slog.New(slog.NewTextHandler(os.Stderr, hopts))
+	default:
+		return opts, nil, fmt.Errorf("--log-format must be json or text, got %q", *logFormat)
+	}
+
+	// The password is read into memory only; it never appears on the command line.
+	opts.RedisPassword = os.Getenv("REDIS_PASSWORD")
+	if *redisPasswordFile != "" {
+		b, err := os.ReadFile(*redisPasswordFile)
+		if err != nil {
+			return opts, nil, fmt.Errorf("--redis-password-file: %w", err)
+		}
+		opts.RedisPassword = strings.TrimRight(string(b), "\r\n")
+	}
+	return opts, logger, nil
+}

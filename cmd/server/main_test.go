@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseFlags(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "pw")
+	require.NoError(t, os.WriteFile(pw, []byte("s3cret\n"), 0o600))
+	opts, logger, err := parseFlags([]string{"--redis-addr=127.0.0.1:6379", "--redis-password-file=" + pw, "--redis-key-prefix=team:ks:", "--log-format=text"})
+	require.NoError(t, err)
+	require.NotNil(t, logger)
+	require.Equal(t, "s3cret", opts.RedisPassword)
+	require.Equal(t, "team:ks:", opts.RedisKeyPrefix) // validated and trimmed by app.Options
+	require.Equal(t, "local", opts.ClusterName)
+
+	for _, bad := range [][]string{{"--log-format=xml"}, {"--log-level=loud"}, {"stray"}, {"--redis-password-file=/nonexistent"}} {
+		_, _, err := parseFlags(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestRunRefusesInvalidOptions(t *testing.T) {
+	// No Redis, no TLS, no audit authentication: every problem is named, nothing starts.
+	require.Equal(t, 1, run([]string{"--redis-key-prefix=kube*"}))
+	require.Equal(t, 2, run([]string{"--no-such-flag"}))
+}

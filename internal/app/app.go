@@ -1,0 +1,317 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/controller"
+	"github.com/kubescribe/kubescribe/internal/declared"
+	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+)
+
+// HTTP limits shared by both listeners. Audit batches are large (about 1 MB for 400 events)
+// but arrive quickly from a client on a fast network.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+// App is a configured kubescribe, its listeners already bound.
+type App struct {
+	opts  Options
+	log   *slog.Logger
+	ready atomic.Bool
+
+	rdb        redis.UniversalClient
+	store      *attribution.Store
+	joiner     *attribution.Joiner
+	controller *controller.Controller
+
+	auditLn, opsLn   net.Listener
+	auditSrv, opsSrv *http.Server
+}
+
+// New validates opts, builds every part and binds the listeners, so that a bad flag, an
+// unreadable certificate or a taken port fails here, before anything runs.
+func New(opts Options) (*App, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	a := &App{opts: opts, log: opts.Logger}
+
+	tlsConfig, authn, err := a.auditSecurity()
+	if err != nil {
+		return nil, err
+	}
+	restConfig, err := a.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the dynamic client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the discovery client: %w", err)
+	}
+
+	prefix, _ := keyspace.Parse(opts.RedisKeyPrefix) // validated above
+	a.rdb = redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:    []string{opts.RedisAddr},
+		Password: opts.RedisPassword,
+		DB:       opts.RedisDB,
+	})
+	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
+	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
+		Facts:   a.store,
+		Grace:   opts.AttributionGrace,
+		Logger:  a.log.With("component", "attribution"),
+		Metrics: attribution.NewMetrics(opts.Registry),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.controller, err = controller.New(controller.Options{
+		Client:          dyn,
+		Kube:            kube,
+		SourceClient:    dyn,
+		SourceDiscovery: memory.NewMemCacheClient(dc),
+		Cluster:         opts.ClusterName,
+		Join:            a.joiner.Join,
+		Render:          declared.Manifest,
+		GitMetrics:      git.NewMetrics(opts.Registry),
+		Logger:          a.log.With("component", "controller"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	auditHandler, err := audit.NewHandler(audit.HandlerOptions{
+		Store:         a.store,
+		MaxBodyBytes:  opts.AuditMaxBodyBytes,
+		Authenticator: authn,
+		Logger:        a.log,
+		Metrics:       audit.NewMetrics(opts.Registry),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	a.auditSrv = newServer(auditHandler, a.log)
+	a.auditSrv.TLSConfig = tlsConfig
+	a.opsSrv = newServer(a.opsHandler(), a.log)
+	if a.auditLn, err = net.Listen("tcp", opts.AuditListenAddress); err != nil {
+		return nil, fmt.Errorf("audit listener: %w", err)
+	}
+	if a.opsLn, err = net.Listen("tcp", opts.OpsListenAddress); err != nil {
+		_ = a.auditLn.Close()
+		return nil, fmt.Errorf("ops listener: %w", err)
+	}
+	return a, nil
+}
+
+// AuditAddr and OpsAddr are the bound addresses (useful with port 0).
+func (a *App) AuditAddr() net.Addr { return a.auditLn.Addr() }
+func (a *App) OpsAddr() net.Addr   { return a.opsLn.Addr() }
+
+func newServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// auditSecurity loads the serving certificate, the client CA and the bearer tokens.
+func (a *App) auditSecurity() (*tls.Config, audit.Authenticator, error) {
+	var authn audit.Authenticator
+	cert, err := tls.LoadX509KeyPair(a.opts.TLSCertFile, a.opts.TLSKeyFile)
+	if err != nil {
+		return nil, authn, fmt.Errorf("loading the audit serving certificate %s: %w", a.opts.TLSCertFile, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if a.opts.AuditClientCAFile != "" {
+		pem, err := os.ReadFile(a.opts.AuditClientCAFile)
+		if err != nil {
+			return nil, authn, fmt.Errorf("reading the audit client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, authn, fmt.Errorf("audit client CA %s holds no PEM certificate", a.opts.AuditClientCAFile)
+		}
+		cfg.ClientCAs = pool
+		// A certificate, when given, must verify; a request without one may still carry a token.
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	if a.opts.AuditTokenFile != "" {
+		if authn.Tokens, err = audit.LoadTokenFile(a.opts.AuditTokenFile); err != nil {
+			return nil, authn, err
+		}
+	}
+	return cfg, authn, nil
+}
+
+func (a *App) restConfig() (*rest.Config, error) {
+	if a.opts.RestConfig != nil {
+		return rest.CopyConfig(a.opts.RestConfig), nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = a.opts.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "kubescribe"
+	return cfg, nil
+}
+
+func (a *App) opsHandler() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.readiness(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Handle("/metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
+	return r
+}
+
+// readiness is ready only while running, Redis answers and the controller caches synced.
+func (a *App) readiness(ctx context.Context) error {
+	if !a.ready.Load() {
+		return errors.New("not running (starting or shutting down)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := a.store.Ping(ctx); err != nil {
+		return fmt.Errorf("redis: %v", err)
+	}
+	if !a.controller.Synced() {
+		return errors.New("controller caches not synced")
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then shuts down in the order that loses nothing: stop the watches
+// (no new change enters), let pending changes find their authors while the audit endpoint
+// still receives facts, stop the audit endpoint, let the git workers commit and push, and
+// close Redis last. The whole shutdown is bounded by ShutdownTimeout.
+func (a *App) Run(ctx context.Context) error {
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 2)
+	serve := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("%s server: %w", name, err)
+			}
+		}()
+	}
+	serve("audit", func() error { return a.auditSrv.ServeTLS(a.auditLn, "", "") })
+	serve("ops", func() error { return a.opsSrv.Serve(a.opsLn) })
+
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = a.joiner.Run(bg) }()
+
+	ctrlCtx, stopController := context.WithCancel(ctx)
+	defer stopController()
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- a.controller.Run(ctrlCtx, a.opts.ControllerWorkers) }()
+
+	a.ready.Store(true)
+	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
+		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
+
+	var runErr error
+	ctrlStopped := false
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	case runErr = <-ctrlDone:
+		ctrlStopped = true
+		if runErr == nil {
+			runErr = errors.New("controller stopped unexpectedly")
+		}
+	}
+	a.ready.Store(false)
+	a.log.Info("shutting down", "timeout", a.opts.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.ShutdownTimeout)
+	defer cancel()
+
+	var errs []error
+	step := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	stopController()
+	if !ctrlStopped {
+		step("controller", <-ctrlDone)
+	}
+	a.controller.StopWatches()
+	step("pending attributions", a.joiner.Wait(sctx))
+	step("audit server", a.auditSrv.Shutdown(sctx))
+	step("git workers", a.controller.StopWorkers(sctx))
+	step("ops server", a.opsSrv.Shutdown(sctx))
+	stopBackground()
+	wg.Wait()
+	step("redis", a.rdb.Close())
+	if runErr != nil {
+		errs = append([]error{runErr}, errs...)
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		a.log.Error("stopped with errors", "err", err)
+	} else {
+		a.log.Info("stopped")
+	}
+	return err
+}

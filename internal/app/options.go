@@ -1,0 +1,128 @@
+// Package app assembles kubescribe: it wires the audit endpoint, the attribution store and
+// join, the CRD controller with its watches and git workers, and the ops endpoints, and runs
+// them with an ordered shutdown. cmd/server is a thin wrapper around it; tests embed it.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+)
+
+// Options configure kubescribe. Start from DefaultOptions.
+type Options struct {
+	// Kubeconfig is the path of a kubeconfig file. Empty: the in-cluster config, else the
+	// usual client-go rules ($KUBECONFIG, ~/.kube/config).
+	Kubeconfig string
+	// RestConfig, when set, is used instead of Kubeconfig (for embedding and tests).
+	RestConfig *rest.Config
+	// ClusterName is the audit route of the cluster kubescribe runs in: its apiserver posts
+	// to /audit/<ClusterName>.
+	ClusterName string
+
+	// RedisAddr is host:port of Redis (required: attribution facts live there).
+	RedisAddr string
+	// RedisPassword is held in memory only, never logged.
+	RedisPassword string
+	RedisDB       int
+	// RedisKeyPrefix is the prefix of every key (validated by keyspace.Parse).
+	RedisKeyPrefix string
+
+	// AuditListenAddress serves POST /audit/{route} over TLS.
+	AuditListenAddress string
+	// OpsListenAddress serves /metrics, /healthz and /readyz over plain HTTP.
+	OpsListenAddress string
+	// TLSCertFile and TLSKeyFile are the audit listener's serving certificate (PEM).
+	TLSCertFile, TLSKeyFile string
+	// AuditClientCAFile verifies client certificates of apiservers (optional).
+	AuditClientCAFile string
+	// AuditTokenFile holds accepted bearer tokens, one per line (optional). At least one of
+	// AuditClientCAFile and AuditTokenFile is required.
+	AuditTokenFile string
+	// AuditMaxBodyBytes limits one audit batch.
+	AuditMaxBodyBytes int64
+
+	// AttributionGrace is how long a change waits for the audit fact naming its author.
+	AttributionGrace time.Duration
+	// FactTTL is how long facts are kept in Redis.
+	FactTTL time.Duration
+	// ShutdownTimeout bounds the whole graceful shutdown.
+	ShutdownTimeout time.Duration
+	// ControllerWorkers is the number of reconcile workers.
+	ControllerWorkers int
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registry receives every metric and is what /metrics serves; a new one by default.
+	Registry *prometheus.Registry
+}
+
+// DefaultOptions returns the defaults documented in docs/configuration.md.
+func DefaultOptions() Options {
+	return Options{
+		ClusterName:        "local",
+		RedisKeyPrefix:     keyspace.DefaultPrefix,
+		AuditListenAddress: ":8443",
+		OpsListenAddress:   ":8080",
+		AuditMaxBodyBytes:  audit.DefaultMaxBodyBytes,
+		AttributionGrace:   attribution.DefaultGrace,
+		FactTTL:            attribution.DefaultFactTTL,
+		ShutdownTimeout:    30 * time.Second,
+		ControllerWorkers:  2,
+	}
+}
+
+// Validate reports every invalid option at once.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("app: Options.%s %s", field, fmt.Sprintf(format, args...)))
+	}
+	if !audit.ValidRoute(o.ClusterName) {
+		bad("ClusterName", "%q must be a DNS label (lower-case letters, digits and '-')", o.ClusterName)
+	}
+	if o.RedisAddr == "" {
+		bad("RedisAddr", "is required: attribution facts are kept in Redis")
+	}
+	if _, err := keyspace.Parse(o.RedisKeyPrefix); err != nil {
+		bad("RedisKeyPrefix", "is invalid: %v", err)
+	}
+	if o.RedisDB < 0 {
+		bad("RedisDB", "must not be negative, got %d", o.RedisDB)
+	}
+	if o.AuditListenAddress == "" || o.OpsListenAddress == "" {
+		bad("AuditListenAddress/OpsListenAddress", "must be set")
+	}
+	if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+		bad("TLSCertFile/TLSKeyFile", "are required: the audit endpoint is served over TLS only")
+	}
+	if o.AuditClientCAFile == "" && o.AuditTokenFile == "" {
+		bad("AuditClientCAFile/AuditTokenFile", "at least one is required, or no apiserver could authenticate")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"AttributionGrace", o.AttributionGrace}, {"FactTTL", o.FactTTL}, {"ShutdownTimeout", o.ShutdownTimeout}} {
+		if d.v <= 0 {
+			bad(d.name, "must be positive, got %s", d.v)
+		}
+	}
+	if o.FactTTL > 0 && o.FactTTL < o.AttributionGrace {
+		bad("FactTTL", "(%s) must be longer than AttributionGrace (%s)", o.FactTTL, o.AttributionGrace)
+	}
+	if o.AuditMaxBodyBytes <= 0 {
+		bad("AuditMaxBodyBytes", "must be positive, got %d", o.AuditMaxBodyBytes)
+	}
+	if o.ControllerWorkers <= 0 {
+		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,326 @@
+// Package controller reconciles kubescribe's CRDs (GitProvider, GitTarget, WatchRule) into the
+// running data flow: it starts one git branch worker per (provider, branch), routes each target's
+// attributed changes to its worker, and tells the watch manager which streams WatchRules want.
+// Every outcome is reported in the object's Ready condition.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// FieldManager is the field manager of every write the controller makes.
+const FieldManager = "kubescribe"
+
+// Periodic re-checks. Provider credentials are read with a GET rather than a Secret informer
+// (which would need list/watch on every Secret), so a rotated Secret is picked up on this timer.
+const (
+	providerRecheck = 5 * time.Minute
+	targetRecheck   = time.Minute
+	notReadyRecheck = 30 * time.Second
+	progressRecheck = time.Second
+)
+
+// Options configures a Controller.
+type Options struct {
+	// Client reaches the cluster kubescribe runs in (the config plane: CRDs and Secrets).
+	Client dynamic.Interface
+	Kube   kubernetes.Interface
+	// SourceClient and SourceDiscovery reach the cluster whose objects are mirrored. Today that
+	// is the same cluster; remote source clusters are a later feature.
+	SourceClient    dynamic.Interface
+	SourceDiscovery discovery.DiscoveryInterface
+	// Cluster is the audit route of the source cluster.
+	Cluster string
+	// Join attributes a change and hands the result to deliver.
+	Join func(c watch.Change, deliver func(attribution.AttributedChange))
+	// Render produces an object's declared form.
+	Render watch.Render
+	// GitMetrics may be nil.
+	GitMetrics *git.Metrics
+	// ProbeRemote checks that a repository answers with the given credentials. Test seam;
+	// defaults to git.Probe.
+	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
+	Logger      *slog.Logger
+}
+
+type kind string
+
+const (
+	kindProvider kind = "GitProvider"
+	kindTarget   kind = "GitTarget"
+	kindRule     kind = "WatchRule"
+)
+
+type key struct {
+	kind kind
+	types.NamespacedName
+}
+
+// Controller is the CRD controller. Create it with New, run it with Run, and stop the data flow
+// it started with Drain.
+type Controller struct {
+	opts    Options
+	log     *slog.Logger
+	queue   workqueue.TypedRateLimitingInterface[key]
+	watches *watch.Manager
+
+	factory   dynamicinformer.DynamicSharedInformerFactory
+	informers map[kind]cache.SharedIndexInformer
+
+	mu        sync.RWMutex
+	providers map[types.NamespacedName]*providerState // Ready providers only
+	routes    map[types.NamespacedName]route          // Ready targets only
+	workers   map[workerKey]*runningWorker
+	pushes    map[types.NamespacedName]pushRecord
+
+	workerCtx    context.Context
+	stopWorkers  context.CancelFunc
+	workersGroup sync.WaitGroup
+}
+
+// New returns a Controller.
+func New(opts Options) (*Controller, error) {
+	switch {
+	case opts.Client == nil || opts.Kube == nil:
+		return nil, errors.New("controller: Options.Client and Options.Kube are required")
+	case opts.SourceClient == nil || opts.SourceDiscovery == nil:
+		return nil, errors.New("controller: Options.SourceClient and Options.SourceDiscovery are required")
+	case opts.Cluster == "":
+		return nil, errors.New("controller: Options.Cluster is required")
+	case opts.Join == nil || opts.Render == nil:
+		return nil, errors.New("controller: Options.Join and Options.Render are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ProbeRemote == nil {
+		opts.ProbeRemote = git.Probe
+	}
+	c := &Controller{
+		opts:      opts,
+		log:       opts.Logger,
+		providers: map[types.NamespacedName]*providerState{},
+		routes:    map[types.NamespacedName]route{},
+		workers:   map[workerKey]*runningWorker{},
+		pushes:    map[types.NamespacedName]pushRecord{},
+	}
+	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
+	// is retried patiently without starving the others.
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[key](time.Second, 5*time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[key]{Name: "kubescribe"})
+	var err error
+	c.watches, err = watch.NewManager(watch.ManagerOptions{
+		Client: opts.SourceClient,
+		Render: opts.Render,
+		Emit:   func(ch watch.Change) { opts.Join(ch, c.deliver) },
+		Logger: opts.Logger.With("component", "watch"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 0)
+	c.informers = map[kind]cache.SharedIndexInformer{
+		kindProvider: c.factory.ForResource(v1alpha1.GitProvidersResource).Informer(),
+		kindTarget:   c.factory.ForResource(v1alpha1.GitTargetsResource).Informer(),
+		kindRule:     c.factory.ForResource(v1alpha1.WatchRulesResource).Informer(),
+	}
+	for k, inf := range c.informers {
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueueObject(k, obj) },
+			UpdateFunc: func(_, obj any) { c.enqueueObject(k, obj) },
+			DeleteFunc: func(obj any) { c.enqueueObject(k, obj) },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("controller: adding %s handler: %w", k, err)
+		}
+	}
+	return c, nil
+}
+
+// Run starts the informers and reconciles until ctx ends. The watches and git workers it started
+// keep running until Drain, so a shutdown can finish in-flight changes.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.queue.ShutDown()
+	c.mu.Lock()
+	c.workerCtx, c.stopWorkers = context.WithCancel(context.WithoutCancel(ctx))
+	c.mu.Unlock()
+	c.watches.Start(context.WithoutCancel(ctx))
+
+	c.factory.Start(ctx.Done())
+	for k, inf := range c.informers {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return fmt.Errorf("controller: %s cache did not sync", k)
+		}
+	}
+	c.log.Info("controller caches synced", "workers", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	c.factory.Shutdown()
+	return nil
+}
+
+// Synced reports whether the controller's caches have synced; used by readiness.
+func (c *Controller) Synced() bool {
+	for _, inf := range c.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// StopWatches stops every watch stream: no new change enters the data flow after it returns.
+func (c *Controller) StopWatches() { c.watches.Stop() }
+
+// StopWorkers tells every git worker to commit what it holds and make a last push, and waits
+// for them until ctx ends.
+func (c *Controller) StopWorkers(ctx context.Context) error {
+	c.mu.Lock()
+	stop := c.stopWorkers
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	done := make(chan struct{})
+	go func() { c.workersGroup.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("git workers did not finish: %w", ctx.Err())
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	k, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(k)
+	var err error
+	switch k.kind {
+	case kindProvider:
+		err = c.syncProvider(ctx, k.NamespacedName)
+	case kindTarget:
+		err = c.syncTarget(ctx, k.NamespacedName)
+	case kindRule:
+		err = c.syncRule(ctx, k.NamespacedName)
+	}
+	if apierrors.IsConflict(err) {
+		// The cache was behind the object (typically right after our own write): try again.
+		c.log.Debug("status write conflicted; retrying", "kind", k.kind, "object", k.NamespacedName.String())
+		c.queue.AddRateLimited(k)
+		return true
+	}
+	if err != nil {
+		c.log.Warn("reconcile failed; will retry", "kind", k.kind, "object", k.NamespacedName.String(), "err", err)
+		c.queue.AddRateLimited(k)
+		return true
+	}
+	c.queue.Forget(k)
+	return true
+}
+
+func (c *Controller) enqueueObject(k kind, obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	c.enqueue(k, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
+}
+
+func (c *Controller) enqueue(k kind, name types.NamespacedName) {
+	c.queue.Add(key{kind: k, NamespacedName: name})
+}
+
+// get reads an object of kind k from the informer cache into out (a pointer to a typed API
+// object, which is a fresh copy). It reports false when the object does not exist.
+func (c *Controller) get(k kind, name types.NamespacedName, out runtime.Object) (bool, error) {
+	obj, exists, err := c.informers[k].GetIndexer().GetByKey(name.String())
+	if err != nil || !exists {
+		return false, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return false, fmt.Errorf("unexpected %T in the %s cache", obj, k)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		return false, fmt.Errorf("decoding %s %s: %w", k, name, err)
+	}
+	return true, nil
+}
+
+// list returns the objects of kind k in namespace ns, decoded by decode.
+func (c *Controller) list(k kind, ns string, visit func(u *unstructured.Unstructured)) {
+	objs, err := c.informers[k].GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, obj := range objs {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			visit(u)
+		}
+	}
+}
+
+// enqueueReferencing enqueues every object of kind k in ns whose spec.<field>.name is name.
+func (c *Controller) enqueueReferencing(k kind, ns, field, name string) {
+	c.list(k, ns, func(u *unstructured.Unstructured) {
+		ref, _, _ := unstructured.NestedString(u.Object, "spec", field, "name")
+		if ref == name {
+			c.enqueue(k, types.NamespacedName{Namespace: ns, Name: u.GetName()})
+		}
+	})
+}
+
+// writeStatus stores obj's status with the dynamic client when it differs from before.
+func (c *Controller) writeStatus(ctx context.Context, gvr schema.GroupVersionResource, obj runtime.Object) error {
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: content}
+	_, err = c.opts.Client.Resource(gvr).Namespace(u.GetNamespace()).UpdateStatus(ctx, u, metav1UpdateOptions)
+	if err != nil {
+		return fmt.Errorf("updating status of %s %s/%s: %w", gvr.Resource, u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}

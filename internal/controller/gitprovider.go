@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/git"
+)
+
+// probeTimeout bounds one reachability check of a repository.
+const probeTimeout = 30 * time.Second
+
+// providerState is what a Ready GitProvider gives its targets' workers.
+type providerState struct {
+	url       string
+	creds     git.Credentials
+	committer git.Signature
+	window    time.Duration
+	domain    string
+}
+
+// syncProvider validates a GitProvider's credentials and checks its repository answers.
+func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName) error {
+	var p v1alpha1.GitProvider
+	exists, err := c.get(kindProvider, name, &p)
+	if err != nil {
+		return err
+	}
+	defer c.enqueueReferencing(kindTarget, name.Namespace, "providerRef", name.Name)
+	if !exists {
+		c.setProvider(name, nil)
+		return nil
+	}
+	before := p.Status.DeepCopy()
+	state, reason, msg, retry := c.evaluateProvider(ctx, &p)
+	c.setProvider(name, state)
+	setReady(&p.Status.Conditions, p.Generation, state != nil, reason, "%s", msg)
+	p.Status.ObservedGeneration = p.Generation
+	if !equality.Semantic.DeepEqual(before, &p.Status) {
+		if err := c.writeStatus(ctx, v1alpha1.GitProvidersResource, &p); err != nil {
+			return err
+		}
+	}
+	if retry {
+		return fmt.Errorf("GitProvider %s not ready: %s", name, msg)
+	}
+	c.queue.AddAfter(key{kindProvider, name}, providerRecheck)
+	return nil
+}
+
+// evaluateProvider returns the provider's state when Ready, else the reason. retry says the
+// failure may pass by itself (a network error) and deserves a backoff retry.
+func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (state *providerState, reason, msg string, retry bool) {
+	creds, reason, msg, retry := c.providerCredentials(ctx, p)
+	if reason != "" {
+		return nil, reason, msg, retry
+	}
+	committer := p.GetCommitter()
+	state = &providerState{
+		url:       p.Spec.URL,
+		creds:     creds,
+		committer: git.Signature{Name: committer.Name, Email: committer.Email},
+		window:    p.GetCommitWindow(),
+		domain:    p.GetAuthorEmailDomain(),
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := c.opts.ProbeRemote(pctx, p.Spec.URL, creds); err != nil {
+		if errors.Is(err, git.ErrAuthentication) {
+			return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused the credentials of Secret %q: %v", secretName(p), err), false
+		}
+		return nil, v1alpha1.ReasonRemoteUnreachable, err.Error(), true
+	}
+	return state, v1alpha1.ReasonReady, fmt.Sprintf("repository %s is reachable", p.Spec.URL), false
+}
+
+func secretName(p *v1alpha1.GitProvider) string {
+	if p.Spec.SecretRef == nil {
+		return ""
+	}
+	return p.Spec.SecretRef.Name
+}
+
+// providerCredentials reads the provider's Secret. Credentials stay in memory; they are never
+// written to disk, logged or put in a status message.
+func (c *Controller) providerCredentials(ctx context.Context, p *v1alpha1.GitProvider) (creds git.Credentials, reason, msg string, retry bool) {
+	if p.Spec.SecretRef == nil {
+		return git.Credentials{}, "", "", false
+	}
+	s, err := c.opts.Kube.CoreV1().Secrets(p.Namespace).Get(ctx, p.Spec.SecretRef.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return creds, v1alpha1.ReasonSecretNotFound, fmt.Sprintf("Secret %q not found in namespace %q", p.Spec.SecretRef.Name, p.Namespace), true
+	case err != nil:
+		return creds, v1alpha1.ReasonSecretNotFound, fmt.Sprintf("reading Secret %q: %v", p.Spec.SecretRef.Name, err), true
+	}
+	if _, ok := s.Data[v1alpha1.SecretKeyIdentity]; ok {
+		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q holds an SSH %q key: SSH repositories are not supported yet, use an https:// URL with %q and %q", s.Name, v1alpha1.SecretKeyIdentity, v1alpha1.SecretKeyUsername, v1alpha1.SecretKeyPassword), false
+	}
+	password := string(s.Data[v1alpha1.SecretKeyPassword])
+	if password == "" {
+		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q has no %q key (a password or access token)", s.Name, v1alpha1.SecretKeyPassword), false
+	}
+	creds = git.Credentials{
+		Username: string(s.Data[v1alpha1.SecretKeyUsername]),
+		Password: password,
+		CABundle: s.Data[v1alpha1.SecretKeyCACert],
+	}
+	if creds.Username == "" {
+		creds.Username = v1alpha1.DefaultGitUsername
+	}
+	return creds, "", "", false
+}
+
+// setProvider records a provider's state (nil when not Ready).
+func (c *Controller) setProvider(name types.NamespacedName, state *providerState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state == nil {
+		delete(c.providers, name)
+		return
+	}
+	c.providers[name] = state
+}

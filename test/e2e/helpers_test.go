@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+func clientFor(t *testing.T, user string) kubernetes.Interface {
+	t.Helper()
+	cfg := env.AdminConfig
+	if user != "admin" {
+		cfg = env.UserConfig(user)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return c
+}
+
+func dynamicFor(t *testing.T, user string) dynamic.Interface {
+	t.Helper()
+	cfg := env.AdminConfig
+	if user != "admin" {
+		cfg = env.UserConfig(user)
+	}
+	c, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	return c
+}
+
+// mirror is one namespace mirrored into one repository.
+type mirror struct {
+	ns, repo, path string
+	repoDir        string
+}
+
+// newMirror creates namespace ns where the given users may write the given resources, a Git
+// repository, and the GitProvider, GitTarget and WatchRule that mirror those resources into
+// folder path of branch main. It waits until the WatchRule is Ready.
+func newMirror(t *testing.T, ns, path string, users []string, rules []rbacv1.PolicyRule, watch []v1alpha1.ResourceRule) *mirror {
+	t.Helper()
+	ctx := context.Background()
+	admin := clientFor(t, "admin")
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writers"}, Rules: rules}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var subjects []rbacv1.Subject
+	for _, u := range users {
+		subjects = append(subjects, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u})
+	}
+	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "writers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writers"},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	m := &mirror{ns: ns, repo: ns, path: path}
+	m.repoDir, err = env.Git.CreateRepo(m.repo)
+	require.NoError(t, err)
+	_, err = admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "git-credentials"},
+		Data: map[string][]byte{
+			v1alpha1.SecretKeyUsername: []byte(env.Git.Username),
+			v1alpha1.SecretKeyPassword: []byte(env.Git.Password),
+			v1alpha1.SecretKeyCACert:   env.Git.CAData,
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	create(t, v1alpha1.GitProvidersResource, ns, &v1alpha1.GitProvider{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitProvider"},
+		ObjectMeta: metav1.ObjectMeta{Name: "repo", Namespace: ns},
+		Spec: v1alpha1.GitProviderSpec{
+			URL:          env.Git.URL(m.repo),
+			SecretRef:    &v1alpha1.LocalObjectReference{Name: "git-credentials"},
+			CommitWindow: &metav1.Duration{Duration: time.Second},
+		},
+	})
+	create(t, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
+		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		Spec:       v1alpha1.GitTargetSpec{ProviderRef: v1alpha1.LocalObjectReference{Name: "repo"}, Branch: "main", Path: path},
+	})
+	create(t, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
+		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
+		Spec:       v1alpha1.WatchRuleSpec{TargetRef: v1alpha1.LocalObjectReference{Name: "target"}, Rules: watch},
+	})
+	waitReady(t, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	return m
+}
+
+func create(t *testing.T, gvr schema.GroupVersionResource, ns string, obj any) {
+	t.Helper()
+	content, err := runtimeToUnstructured(obj)
+	require.NoError(t, err)
+	_, err = dynamicFor(t, "admin").Resource(gvr).Namespace(ns).Create(context.Background(), content, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// waitReady waits until the object's Ready condition has the status and reason.
+func waitReady(t *testing.T, gvr schema.GroupVersionResource, ns, name string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var last *metav1.Condition
+	ok := poll(60*time.Second, func() bool {
+		u, err := dynamicFor(t, "admin").Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		last = readyCondition(u)
+		return last != nil && last.Status == status && last.Reason == reason
+	})
+	require.True(t, ok, "%s %s/%s: want Ready=%s reason %s, last condition %+v", gvr.Resource, ns, name, status, reason, last)
+	return last
+}
+
+func readyCondition(u *unstructured.Unstructured) *metav1.Condition {
+	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var conds []metav1.Condition
+	for _, r := range raw {
+		m, _ := r.(map[string]any)
+		var c metav1.Condition
+		if err := fromUnstructured(m, &c); err == nil {
+			conds = append(conds, c)
+		}
+	}
+	return meta.FindStatusCondition(conds, v1alpha1.ConditionReady)
+}
+
+// poll calls f until it is true or the timeout passes. Tests wait for asynchronous outcomes
+// with it; no test asserts how long anything took.
+func poll(timeout time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if f() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// git runs git on the mirror's bare repository on the server.
+func (m *mirror) git(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", append([]string{"--git-dir", m.repoDir}, args...)...).CombinedOutput()
+	require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
+	return strings.TrimRight(string(out), "\n")
+}
+
+// commits lists the commits of main, oldest first, as "<author>|<author email>|<committer>|<subject>".
+func (m *mirror) commits(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("git", "--git-dir", m.repoDir, "log", "--reverse", "--format=%an|%ae|%cn|%s", "main").CombinedOutput()
+	if err != nil {
+		return nil // no branch yet
+	}
+	s := strings.TrimRight(string(out), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// waitCommits waits until main holds n commits and returns them.
+func (m *mirror) waitCommits(t *testing.T, n int) []string {
+	t.Helper()
+	var got []string
+	ok := poll(60*time.Second, func() bool { got = m.commits(t); return len(got) >= n })
+	require.True(t, ok, "want %d commits on main, have %d: %q", n, len(got), got)
+	return got
+}
+
+func objectFile(m *mirror, group, resource, name string) string {
+	if group == "" {
+		group = "core"
+	}
+	file := fmt.Sprintf("%s/%s/%s/%s.yaml", m.ns, group, resource, name)
+	if m.path != "" {
+		file = m.path + "/" + file
+	}
+	return file
+}

@@ -1,0 +1,295 @@
+// Package stack runs kubescribe end to end for the e2e tests and the demo: the real control
+// plane of test/controlplane, kubescribe's CRDs and RBAC from deploy/ installed into it, and
+// kubescribe itself in-process (through internal/app, as cmd/server runs it), authenticated as
+// the token user "kubescribe" bound to deploy/rbac.yaml's ClusterRole.
+package stack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/kubescribe/kubescribe/internal/app"
+	"github.com/kubescribe/kubescribe/test/controlplane"
+)
+
+// Options configure Start.
+type Options struct {
+	// Dir holds everything; required.
+	Dir string
+	// Grace is kubescribe's attribution grace window; 0 keeps the default.
+	Grace time.Duration
+	// Logf receives progress messages; optional.
+	Logf func(format string, args ...any)
+}
+
+// Stack is a running control plane with kubescribe installed and running.
+type Stack struct {
+	*controlplane.ControlPlane
+	// OpsURL is kubescribe's ops endpoint (http://127.0.0.1:port).
+	OpsURL string
+	// LogPath is kubescribe's own log.
+	LogPath string
+
+	app     *app.App
+	logFile *os.File
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// Start starts the stack and waits until kubescribe is ready.
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{ControlPlane: cp}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+		}
+	}()
+	if err := s.install(ctx); err != nil {
+		return nil, fmt.Errorf("installing kubescribe: %w", err)
+	}
+
+	s.LogPath = filepath.Join(cp.Dir, "kubescribe.log")
+	if s.logFile, err = os.Create(s.LogPath); err != nil {
+		return nil, err
+	}
+	o := app.DefaultOptions()
+	o.RestConfig = cp.UserConfig("kubescribe")
+	o.RedisAddr = cp.RedisAddr
+	o.AuditListenAddress = cp.Audit.ListenAddr
+	o.OpsListenAddress = "127.0.0.1:0"
+	o.TLSCertFile, o.TLSKeyFile = cp.Audit.CertFile, cp.Audit.KeyFile
+	o.AuditClientCAFile = cp.Audit.ClientCAFile
+	o.AuditTokenFile = cp.Audit.TokenFile
+	o.ShutdownTimeout = 20 * time.Second
+	if opts.Grace > 0 {
+		o.AttributionGrace = opts.Grace
+	}
+	o.Logger = slog.New(slog.NewJSONHandler(s.logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if s.app, err = app.New(o); err != nil {
+		return nil, err
+	}
+	s.OpsURL = "http://" + s.app.OpsAddr().String()
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan error, 1)
+	go func() { s.done <- s.app.Run(runCtx) }()
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	logf("stack: kubescribe ready (ops %s, log %s)", s.OpsURL, s.LogPath)
+	return s, nil
+}
+
+// Stop stops kubescribe gracefully, then the control plane.
+func (s *Stack) Stop() error {
+	var errs []error
+	if s.cancel != nil {
+		s.cancel()
+		if err := <-s.done; err != nil {
+			errs = append(errs, fmt.Errorf("kubescribe: %w", err))
+		}
+		s.cancel = nil
+	}
+	if s.logFile != nil {
+		_ = s.logFile.Close()
+		s.logFile = nil
+	}
+	if s.ControlPlane != nil {
+		errs = append(errs, s.ControlPlane.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// LogPaths adds kubescribe's log to the control plane's.
+func (s *Stack) LogPaths() []string {
+	return append(s.ControlPlane.LogPaths(), s.LogPath)
+}
+
+// DumpLogs writes the tail of every log, kubescribe's included.
+func (s *Stack) DumpLogs(w io.Writer, tailLines int) {
+	s.ControlPlane.DumpLogs(w, tailLines)
+	if s.LogPath != "" {
+		b, _ := os.ReadFile(s.LogPath)
+		lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+		if len(lines) > tailLines {
+			lines = lines[len(lines)-tailLines:]
+		}
+		fmt.Fprintf(w, "==> %s <==\n%s\n", s.LogPath, bytes.Join(lines, []byte("\n")))
+	}
+}
+
+func (s *Stack) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.OpsURL + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = string(b)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case err := <-s.done:
+			return fmt.Errorf("kubescribe stopped while starting: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("kubescribe not ready after a minute: %s", last)
+}
+
+// install applies deploy/'s CRDs, namespace and RBAC as admin and binds the kubescribe
+// ClusterRole to the token user "kubescribe", as an operator would bind it to the
+// ServiceAccount.
+func (s *Stack) install(ctx context.Context) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	crds, _ := filepath.Glob(filepath.Join(root, "deploy", "crds", "*.yaml"))
+	files := append(crds, filepath.Join(root, "deploy", "namespace.yaml"), filepath.Join(root, "deploy", "rbac.yaml"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := Apply(ctx, s.AdminConfig, b); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubescribe-test-user"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "kubescribe"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "kubescribe"}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// Wait until the CRDs are served.
+	dc, err := discovery.NewDiscoveryClientForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err := dc.ServerResourcesForGroupVersion("kubescribe.dev/v1alpha1")
+		if err == nil && len(list.APIResources) >= 3 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubescribe.dev/v1alpha1 not served after a minute: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Apply creates (or, when they exist, updates) every object of a multi-document YAML or JSON
+// stream, as the user of cfg.
+func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		gvk := u.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+		if err != nil {
+			mapper.Reset()
+			if mapping, err = mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version); err != nil {
+				return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+			}
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
+		}
+		_, err = ri.Create(ctx, u, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var cur *unstructured.Unstructured
+			if cur, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
+				u.SetResourceVersion(cur.GetResourceVersion())
+				_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+		}
+	}
+}
+
+// RepoRoot is the main module's root directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/kubescribe/kubescribe\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the kubescribe module")
+		}
+		dir = parent
+	}
+}
