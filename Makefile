@@ -26,8 +26,13 @@ deps:
 
 ## kube-apiserver: build the real kube-apiserver (k8s.io/kubernetes v1.37.2) from its own module.
 kube-apiserver: $(KUBE_APISERVER)
+# The version is stamped as upstream's release build does, so /version reports v1.37.2.
+KUBE_VERSION := v1.37.2
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/component-base/version.gitTreeState=clean
 $(KUBE_APISERVER): test/kube-apiserver/go.mod test/kube-apiserver/go.sum
-	cd test/kube-apiserver && $(GO) build -o $(KUBE_APISERVER) k8s.io/kubernetes/cmd/kube-apiserver
+	cd test/kube-apiserver && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o $(KUBE_APISERVER) k8s.io/kubernetes/cmd/kube-apiserver
 
 verify-generate:
 	hack/verify-generate.sh

@@ -20,10 +20,25 @@ import (
 //	P:fact:<route>:<uid>:delete                the delete fact of an object
 //	P:facts                                    pub/sub channel: "<route>/<uid>" per stored fact
 //
-// Fact keys are written with SET NX: the first fact for a key wins. A no-op patch or apply
-// answers with the unchanged resourceVersion, and the patch that removes the last finalizer of an
-// object held in deletion answers with the resourceVersion of the delete; neither may take the
-// credit of the write that really produced that resourceVersion, which was audited first.
+// Several facts can claim one key. A no-op patch or apply answers with the unchanged
+// resourceVersion; the patch that removes the last finalizer of an object held in deletion
+// answers with the resourceVersion of the delete. Neither may take the credit of the write that
+// really produced that resourceVersion, and the apiserver may deliver their batches in any order
+// (it retries a failed batch while later ones go through). So a key keeps the best fact by rank:
+// a delete beats any other verb, then the earliest stage timestamp wins. The stored value is the
+// fixed-width rank followed by the fact's JSON, and the comparison is one atomic script.
+
+// rankWidth is the length of the rank prefix: one class digit and 19 digits of Unix nanoseconds.
+const rankWidth = 20
+
+// keepBest stores ARGV[1]..ARGV[2] (rank, fact) under KEYS[1] unless the key holds a fact of a
+// lower or equal rank; ARGV[3] is the TTL in milliseconds.
+var keepBest = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, 20) <= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'PX', ARGV[3])
+return 1
+`)
 
 // DefaultFactTTL is how long a fact is kept when no TTL is configured: far longer than any grace
 // window, short enough that Redis does not fill with facts nobody joins.
@@ -73,8 +88,9 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 		if err != nil {
 			return fmt.Errorf("encoding fact %s: %w", f.AuditID, err)
 		}
+		rank := factRank(f)
 		for _, k := range keys {
-			pipe.SetArgs(ctx, k.key, val, redis.SetArgs{Mode: "NX", TTL: s.ttl})
+			keepBest.Eval(ctx, pipe, []string{k.key}, rank, val, s.ttl.Milliseconds())
 			announce = append(announce, f.Route+"/"+k.uid)
 		}
 	}
@@ -91,6 +107,19 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 }
 
 type factKey struct{ key, uid string }
+
+// factRank orders facts claiming the same key; the lowest wins.
+func factRank(f *audit.Fact) string {
+	class := 1
+	if f.Verb == "delete" || f.Verb == "deletecollection" {
+		class = 0
+	}
+	ns := f.StageTimestamp.UnixNano()
+	if ns < 0 {
+		ns = 0
+	}
+	return fmt.Sprintf("%d%019d", class, ns)
+}
 
 // keysFor lists the keys a fact is stored under.
 func (s *Store) keysFor(f *audit.Fact) []factKey {
@@ -127,8 +156,11 @@ func (s *Store) Lookup(ctx context.Context, route, uid, rv string, isDelete bool
 	if err != nil {
 		return nil, fmt.Errorf("looking up attribution fact: %w", err)
 	}
+	if len(val) < rankWidth {
+		return nil, fmt.Errorf("attribution fact %s is truncated", key)
+	}
 	var f audit.Fact
-	if err := json.Unmarshal(val, &f); err != nil {
+	if err := json.Unmarshal(val[rankWidth:], &f); err != nil {
 		return nil, fmt.Errorf("decoding attribution fact %s: %w", key, err)
 	}
 	return &f, nil

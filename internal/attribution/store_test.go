@@ -35,14 +35,19 @@ func startRedis(t *testing.T) *redis.Client {
 	return rdb
 }
 
-func TestStoreFirstFactWins(t *testing.T) {
+func TestStoreEarliestFactWins(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
 	s := NewStore(rdb, keyspace.MustParse("test:ks:"), time.Minute)
 
-	create := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1"}
-	noop := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "patch", User: audit.Identity{Username: "bob"}, AuditID: "a2"}
-	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{create, noop}))
+	t0 := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	create := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1", StageTimestamp: t0}
+	noop := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "patch", User: audit.Identity{Username: "bob"}, AuditID: "a2", StageTimestamp: t0.Add(time.Second)}
+	// The no-op patch's batch arrives first (the apiserver retried the create's batch).
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{noop}))
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{create}))
+	// A duplicate delivery of the no-op changes nothing.
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{noop}))
 
 	got, err := s.Lookup(ctx, "local", "u1", "10", false)
 	require.NoError(t, err)
@@ -66,10 +71,14 @@ func TestStoreDeletes(t *testing.T) {
 	ctx := context.Background()
 	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
 
-	held := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "delete", User: audit.Identity{Username: "alice"}}
-	finalizerPatch := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "patch", User: audit.Identity{Username: "bot"}}
-	collection := audit.Fact{Route: "local", Verb: "deletecollection", DeletedUIDs: []string{"u2", "u3"}, User: audit.Identity{Username: "carol"}}
-	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{held, finalizerPatch, collection}))
+	t0 := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	held := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "delete", Terminating: true, User: audit.Identity{Username: "alice"}, StageTimestamp: t0}
+	finalizerPatch := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "patch", Terminating: true, User: audit.Identity{Username: "bot"}, StageTimestamp: t0.Add(-time.Second)}
+	collection := audit.Fact{Route: "local", Verb: "deletecollection", DeletedUIDs: []string{"u2", "u3"}, User: audit.Identity{Username: "carol"}, StageTimestamp: t0}
+	// Even delivered first, and even with an earlier timestamp, the finalizer patch loses to
+	// the delete for the resourceVersion they share.
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{finalizerPatch}))
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{held, collection}))
 
 	for uid, want := range map[string]string{"u1": "alice", "u2": "carol", "u3": "carol"} {
 		got, err := s.Lookup(ctx, "local", uid, "99", true)
