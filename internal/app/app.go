@@ -95,6 +95,8 @@ func New(opts Options) (*App, error) {
 	}
 
 	prefix, _ := keyspace.Parse(opts.RedisKeyPrefix) // validated above
+	// go-redis reports reconnects through a process-wide logger; send it to ours.
+	redis.SetLogger(redisLogger{a.log.With("component", "redis")})
 	a.rdb = redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:    []string{opts.RedisAddr},
 		Password: opts.RedisPassword,
@@ -314,4 +316,11 @@ func (a *App) Run(ctx context.Context) error {
 		a.log.Info("stopped")
 	}
 	return err
+}
+
+// redisLogger adapts go-redis' internal logging (connection failures, reconnects) to slog.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...))
 }

@@ -173,6 +173,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.factory.Start(ctx.Done())
 	for k, inf := range c.informers {
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
 			return fmt.Errorf("controller: %s cache did not sync", k)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -59,6 +60,11 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 // evaluateProvider returns the provider's state when Ready, else the reason. retry says the
 // failure may pass by itself (a network error) and deserves a backoff retry.
 func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (state *providerState, reason, msg string, retry bool) {
+	// Credentials in the URL would end up in status messages and logs: refuse them, without
+	// repeating the URL.
+	if u, err := url.Parse(p.Spec.URL); err != nil || u.User != nil {
+		return nil, v1alpha1.ReasonInvalidSpec, "spec.url must be a plain repository URL without user or password; put credentials in the Secret named by spec.secretRef", false
+	}
 	creds, reason, msg, retry := c.providerCredentials(ctx, p)
 	if reason != "" {
 		return nil, reason, msg, retry

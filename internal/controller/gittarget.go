@@ -138,6 +138,7 @@ func (c *Controller) ensureWorkerLocked(k workerKey, state providerState) (*runn
 		Logger:            c.log.With("component", "git", "provider", k.provider.String(), "branch", k.branch),
 		Metrics:           c.opts.GitMetrics,
 		OnPushed:          c.onPushed,
+		OnFailed:          func(error) { c.enqueueTargetsOf(k) },
 	})
 	if err != nil {
 		return nil, err
@@ -216,5 +217,21 @@ func (c *Controller) onPushed(res git.PushResult) {
 	c.mu.Unlock()
 	for _, ci := range res.Commits {
 		c.enqueue(kindTarget, ci.Target)
+	}
+}
+
+// enqueueTargetsOf refreshes the status of every target a worker writes for, so a failing push
+// shows in their Ready condition without waiting for the periodic re-check.
+func (c *Controller) enqueueTargetsOf(k workerKey) {
+	c.mu.RLock()
+	var names []types.NamespacedName
+	for name, r := range c.routes {
+		if r.worker.key == k {
+			names = append(names, name)
+		}
+	}
+	c.mu.RUnlock()
+	for _, name := range names {
+		c.enqueue(kindTarget, name)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -55,6 +56,11 @@ func redactedMarker(s string) string {
 
 func (c Credentials) empty() bool { return c.Username == "" && c.Password == "" }
 
+// basicAuth is the HTTP basic authentication (a token works as the password).
+func (c Credentials) basicAuth() *githttp.BasicAuth {
+	return &githttp.BasicAuth{Username: c.Username, Password: c.Password}
+}
+
 // Options configure a Worker. One Worker is the single writer of one (URL, Branch).
 type Options struct {
 	// URL of the remote repository: https://, http:// or file://. It must not carry user info;
@@ -78,6 +84,9 @@ type Options struct {
 	Metrics *Metrics
 	// OnPushed is called after each successful push, from the worker goroutine.
 	OnPushed func(PushResult)
+	// OnFailed is called with the (redacted) error after each failed clone, fetch or push,
+	// from the worker goroutine; a retry follows with backoff. It must not block.
+	OnFailed func(error)
 	// Now is the clock for commit and push timestamps; defaults to time.Now. Scheduling (the
 	// commit window timer, backoff) always uses the real monotonic clock.
 	Now func() time.Time

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
@@ -22,24 +20,15 @@ func Probe(ctx context.Context, url string, creds Credentials) error {
 	remote := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{url}})
 	opts := &gogit.ListOptions{CABundle: creds.CABundle}
 	if !creds.empty() {
-		opts.Auth = &githttp.BasicAuth{Username: creds.Username, Password: creds.Password}
+		opts.Auth = creds.basicAuth()
 	}
 	_, err := remote.ListContext(ctx, opts)
 	switch {
 	case err == nil, errors.Is(err, transport.ErrEmptyRemoteRepository):
 		return nil
 	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
-		return fmt.Errorf("%w for %s: %v", ErrAuthentication, url, probeRedact(err, creds))
+		return fmt.Errorf("%w for %s: %v", ErrAuthentication, url, creds.redact(err))
 	default:
-		return fmt.Errorf("listing %s: %v", url, probeRedact(err, creds))
+		return fmt.Errorf("listing %s: %v", url, creds.redact(err))
 	}
-}
-
-// probeRedact returns err's text with the password removed, should a transport echo it.
-func probeRedact(err error, creds Credentials) string {
-	msg := err.Error()
-	if creds.Password != "" {
-		msg = strings.ReplaceAll(msg, creds.Password, "[redacted]")
-	}
-	return msg
 }

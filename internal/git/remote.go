@@ -142,13 +142,16 @@ type redactedError struct{ msg string }
 
 func (e *redactedError) Error() string { return e.msg }
 
+// redact removes the worker's password from err's message (see Credentials.redact).
+func (w *Worker) redact(err error) error { return w.opts.Credentials.redact(err) }
+
 // redact removes the password (plain and URL-escaped) from err's message. Errors that do not
 // contain it are returned unchanged, keeping errors.Is/As working.
-func (w *Worker) redact(err error) error {
+func (c Credentials) redact(err error) error {
 	if err == nil {
 		return nil
 	}
-	pw := w.opts.Credentials.Password
+	pw := c.Password
 	if pw == "" {
 		return err
 	}

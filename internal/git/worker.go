@@ -14,7 +14,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
@@ -137,7 +136,7 @@ func NewWorker(opts Options) (*Worker, error) {
 	}
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
 	if isHTTP(opts.URL) && !opts.Credentials.empty() {
-		w.auth = &githttp.BasicAuth{Username: opts.Credentials.Username, Password: opts.Credentials.Password}
+		w.auth = opts.Credentials.basicAuth()
 		if strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
 			w.log.Warn("credentials are sent over plain http; use https")
 		}
@@ -451,6 +450,9 @@ func (w *Worker) failed(what string, err error) {
 	w.setError(err)
 	w.log.Warn("git remote operation failed; will retry", "err", err, "retry_in", d,
 		"attempt", w.failures, "pending", w.Status().Pending)
+	if w.opts.OnFailed != nil {
+		w.opts.OnFailed(err)
+	}
 }
 
 func (w *Worker) setError(err error) {

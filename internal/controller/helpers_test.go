@@ -1,0 +1,515 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+const (
+	testNS      = "team-a"
+	testCluster = "local"
+	// testPassword is the access token every credentials Secret of these tests holds; no status
+	// message, sync error or log may ever contain it.
+	testPassword = "tok-7f3c9a1e-never-print-me"
+	// testGeneration is the metadata.generation of every seeded object, so observedGeneration
+	// assertions cannot pass by accident with a zero value.
+	testGeneration = 3
+	// knownBugsEnv runs the tests that expose known controller bugs instead of skipping them.
+	knownBugsEnv = "KUBESCRIBE_RUN_KNOWN_BUGS"
+)
+
+// bareRepo, as a GitProvider URL, stands for the fixture's bare repository (created in
+// t.TempDir() by newFixture, reached offline through a file:// URL).
+const bareRepo = "file:///the-fixture-bare-repository.git"
+
+var (
+	configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	widgetsGVR    = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+)
+
+// knownBug skips a test that exposes a bug in the controller. The message says what is wrong;
+// the report that came with these tests says where and how to fix it. Set
+// KUBESCRIBE_RUN_KNOWN_BUGS=1 to run such tests and see them fail.
+func knownBug(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv(knownBugsEnv) == "" {
+		t.Skip("bug: " + msg)
+	}
+}
+
+func nn(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: testNS, Name: name}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fakes for the controller's seams.
+
+type probeCall struct {
+	url   string
+	creds git.Credentials
+}
+
+// fakeProbe stands in for git.Probe: it records every call and answers with err.
+type fakeProbe struct {
+	mu    sync.Mutex
+	err   error
+	calls []probeCall
+}
+
+func (p *fakeProbe) probe(_ context.Context, url string, creds git.Credentials) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, probeCall{url: url, creds: creds})
+	return p.err
+}
+
+func (p *fakeProbe) setErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err = err
+}
+
+func (p *fakeProbe) recorded() []probeCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]probeCall(nil), p.calls...)
+}
+
+// joinRecorder stands in for the attribution joiner: it records each change and delivers it,
+// attributed to alice.
+type joinRecorder struct {
+	mu      sync.Mutex
+	changes []watch.Change
+}
+
+func (j *joinRecorder) join(ch watch.Change, deliver func(attribution.AttributedChange)) {
+	j.mu.Lock()
+	j.changes = append(j.changes, ch)
+	j.mu.Unlock()
+	deliver(attributed(ch))
+}
+
+func (j *joinRecorder) recorded() []watch.Change {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]watch.Change(nil), j.changes...)
+}
+
+func attributed(ch watch.Change) attribution.AttributedChange {
+	return attribution.AttributedChange{
+		Change: ch,
+		Author: attribution.Author{Identity: audit.Identity{Username: "alice"}, Resolved: true, AuditID: "audit-1", Verb: "update"},
+	}
+}
+
+// renderName is a trivial Render: the declared form is the object's name.
+func renderName(u *unstructured.Unstructured) ([]byte, error) {
+	return []byte("name: " + u.GetName() + "\n"), nil
+}
+
+// gatedClient delays List of one resource until gate is closed, outside the fake client's
+// lock (a blocking reactor would hold that lock and stall every other fake call). It lets a
+// test observe a stream that has started but not finished its initial list.
+type gatedClient struct {
+	dynamic.Interface
+	gvr  schema.GroupVersionResource
+	gate <-chan struct{}
+}
+
+// IsWatchListSemanticsUnSupported keeps the reflector on list+watch, as it does for the
+// wrapped fake.
+func (g gatedClient) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (g gatedClient) Resource(r schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
+	ri := g.Interface.Resource(r)
+	if r != g.gvr {
+		return ri
+	}
+	return gatedResource{NamespaceableResourceInterface: ri, gate: g.gate}
+}
+
+type gatedResource struct {
+	dynamic.NamespaceableResourceInterface
+	gate <-chan struct{}
+}
+
+func (g gatedResource) Namespace(ns string) dynamic.ResourceInterface {
+	return gatedNamespaced{ResourceInterface: g.NamespaceableResourceInterface.Namespace(ns), gate: g.gate}
+}
+
+type gatedNamespaced struct {
+	dynamic.ResourceInterface
+	gate <-chan struct{}
+}
+
+func (g gatedNamespaced) List(ctx context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.ResourceInterface.List(ctx, opts)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery.
+
+func apiResource(name string, namespaced bool, verbs ...string) metav1.APIResource {
+	return metav1.APIResource{Name: name, Namespaced: namespaced, Verbs: verbs}
+}
+
+var listWatch = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// coreV1 serves v1 configmaps (namespaced) and v1 namespaces (cluster-scoped).
+func coreV1() []*metav1.APIResourceList {
+	return []*metav1.APIResourceList{{
+		GroupVersion: "v1",
+		APIResources: []metav1.APIResource{
+			apiResource("configmaps", true, listWatch...),
+			apiResource("namespaces", false, listWatch...),
+		},
+	}}
+}
+
+// newDiscovery returns the fake clientset's discovery serving resources, behind the in-memory
+// cache the application puts in front of discovery (FakeDiscovery alone answers
+// ServerPreferredResources with nothing).
+func newDiscovery(resources []*metav1.APIResourceList) (*fakediscovery.FakeDiscovery, discovery.CachedDiscoveryInterface) {
+	fd := kubefake.NewClientset().Discovery().(*fakediscovery.FakeDiscovery)
+	fd.Resources = resources
+	return fd, memory.NewMemCacheClient(fd)
+}
+
+// rawDiscovery answers ServerPreferredResources with its lists exactly as given, subresources
+// and all, to exercise resolveRules' own filtering.
+type rawDiscovery struct {
+	*fakediscovery.FakeDiscovery
+	lists []*metav1.APIResourceList
+	err   error
+}
+
+func (d rawDiscovery) ServerPreferredResources() ([]*metav1.APIResourceList, error) {
+	return d.lists, d.err
+}
+
+// ---------------------------------------------------------------------------------------------
+// Object builders.
+
+func typeMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: kind}
+}
+
+func objectMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: testNS, Name: name, Generation: testGeneration, UID: types.UID("uid-" + name)}
+}
+
+func newProvider(name, url string, mutate ...func(*v1alpha1.GitProvider)) *v1alpha1.GitProvider {
+	p := &v1alpha1.GitProvider{
+		TypeMeta:   typeMeta("GitProvider"),
+		ObjectMeta: objectMeta(name),
+		Spec: v1alpha1.GitProviderSpec{
+			URL:          url,
+			SecretRef:    &v1alpha1.LocalObjectReference{Name: "creds"},
+			CommitWindow: &metav1.Duration{Duration: 20 * time.Millisecond},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func newTarget(name, provider, branch, path string, mutate ...func(*v1alpha1.GitTarget)) *v1alpha1.GitTarget {
+	t := &v1alpha1.GitTarget{
+		TypeMeta:   typeMeta("GitTarget"),
+		ObjectMeta: objectMeta(name),
+		Spec: v1alpha1.GitTargetSpec{
+			ProviderRef: v1alpha1.LocalObjectReference{Name: provider},
+			Branch:      branch,
+			Path:        path,
+		},
+	}
+	for _, m := range mutate {
+		m(t)
+	}
+	return t
+}
+
+func newRule(name, target string, rules ...v1alpha1.ResourceRule) *v1alpha1.WatchRule {
+	return &v1alpha1.WatchRule{
+		TypeMeta:   typeMeta("WatchRule"),
+		ObjectMeta: objectMeta(name),
+		Spec: v1alpha1.WatchRuleSpec{
+			TargetRef: v1alpha1.LocalObjectReference{Name: target},
+			Rules:     rules,
+		},
+	}
+}
+
+func rule(groups, resources []string, ops ...v1alpha1.Operation) v1alpha1.ResourceRule {
+	return v1alpha1.ResourceRule{APIGroups: groups, Resources: resources, Operations: ops}
+}
+
+func newSecret(name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name},
+		Data:       map[string][]byte{},
+	}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func newConfigMap(name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetNamespace(testNS)
+	u.SetName(name)
+	u.SetUID(types.UID("uid-cm-" + name))
+	_ = unstructured.SetNestedField(u.Object, "on", "data", "feature")
+	return u
+}
+
+func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	require.NoError(t, err)
+	return &unstructured.Unstructured{Object: content}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fixture: a Controller over fake clients, running.
+
+type fixtureConfig struct {
+	// objects are kubescribe objects (typed) and source objects (unstructured) to seed.
+	objects []runtime.Object
+	secrets []runtime.Object
+	// resources is what discovery serves; coreV1() when nil.
+	resources []*metav1.APIResourceList
+	// workers is passed to Run. 0 starts the informers (and what Run sets up for the git
+	// workers and watches) without reconcile workers: the test calls the sync functions itself.
+	workers int
+	// sourceGate, when set, delays the first List of configmaps by the watch streams.
+	sourceGate <-chan struct{}
+}
+
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	dyn     *dynamicfake.FakeDynamicClient
+	kube    *kubefake.Clientset
+	disc    *fakediscovery.FakeDiscovery
+	probe   *fakeProbe
+	joined  *joinRecorder
+	c       *Controller
+	repoDir string
+	repoURL string
+}
+
+func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
+	t.Helper()
+	// Created first so that it is removed last, after the git workers stopped.
+	repoDir := filepath.Join(t.TempDir(), "remote.git")
+	runGit(t, "", "init", "--bare", "-q", repoDir)
+
+	objs := make([]runtime.Object, 0, len(cfg.objects))
+	for _, o := range cfg.objects {
+		if p, ok := o.(*v1alpha1.GitProvider); ok && p.Spec.URL == bareRepo {
+			p = p.DeepCopy()
+			p.Spec.URL = "file://" + repoDir
+			o = p
+		}
+		objs = append(objs, toUnstructured(t, o))
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.GitProvidersResource: "GitProviderList",
+		v1alpha1.GitTargetsResource:   "GitTargetList",
+		v1alpha1.WatchRulesResource:   "WatchRuleList",
+		configMapsGVR:                 "ConfigMapList",
+		widgetsGVR:                    "WidgetList",
+	}, objs...)
+	kube := kubefake.NewClientset(cfg.secrets...)
+	resources := cfg.resources
+	if resources == nil {
+		resources = coreV1()
+	}
+	fd, dc := newDiscovery(resources)
+	var source dynamic.Interface = dyn
+	if cfg.sourceGate != nil {
+		source = gatedClient{Interface: dyn, gvr: configMapsGVR, gate: cfg.sourceGate}
+	}
+	f := &fixture{
+		t:       t,
+		ctx:     context.Background(),
+		dyn:     dyn,
+		kube:    kube,
+		disc:    fd,
+		probe:   &fakeProbe{},
+		joined:  &joinRecorder{},
+		repoDir: repoDir,
+		repoURL: "file://" + repoDir,
+	}
+	c, err := New(Options{
+		Client:          dyn,
+		Kube:            kube,
+		SourceClient:    source,
+		SourceDiscovery: dc,
+		Cluster:         testCluster,
+		Join:            f.joined.join,
+		Render:          renderName,
+		ProbeRemote:     f.probe.probe,
+		Logger:          slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	f.c = c
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, cfg.workers) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return after its context ended")
+		}
+		c.StopWatches()
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		require.NoError(t, c.StopWorkers(sctx))
+	})
+	require.Eventually(t, c.Synced, 10*time.Second, 5*time.Millisecond, "controller caches did not sync")
+	return f
+}
+
+func (f *fixture) syncProvider(name string) error { return f.c.syncProvider(f.ctx, nn(name)) }
+func (f *fixture) syncTarget(name string) error   { return f.c.syncTarget(f.ctx, nn(name)) }
+func (f *fixture) syncRule(name string) error     { return f.c.syncRule(f.ctx, nn(name)) }
+
+// getObject reads an object back through the fake dynamic client: what the controller wrote.
+func (f *fixture) getObject(gvr schema.GroupVersionResource, name string, out runtime.Object) {
+	f.t.Helper()
+	u, err := f.dyn.Resource(gvr).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(f.t, err)
+	require.NoError(f.t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out))
+}
+
+func (f *fixture) provider(name string) v1alpha1.GitProvider {
+	f.t.Helper()
+	var p v1alpha1.GitProvider
+	f.getObject(v1alpha1.GitProvidersResource, name, &p)
+	return p
+}
+
+func (f *fixture) target(name string) v1alpha1.GitTarget {
+	f.t.Helper()
+	var t v1alpha1.GitTarget
+	f.getObject(v1alpha1.GitTargetsResource, name, &t)
+	return t
+}
+
+func (f *fixture) watchRule(name string) v1alpha1.WatchRule {
+	f.t.Helper()
+	var r v1alpha1.WatchRule
+	f.getObject(v1alpha1.WatchRulesResource, name, &r)
+	return r
+}
+
+// route returns the target's route, if it has one.
+func (f *fixture) route(name string) (route, bool) {
+	f.c.mu.RLock()
+	defer f.c.mu.RUnlock()
+	rt, ok := f.c.routes[nn(name)]
+	return rt, ok
+}
+
+// readyCondition returns the Ready condition, failing the test when there is none.
+func readyCondition(t *testing.T, conds []metav1.Condition) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(conds, v1alpha1.ConditionReady)
+	require.NotNil(t, c, "no Ready condition in %v", conds)
+	return *c
+}
+
+// requireReady checks the Ready condition and the generation it was computed from.
+func requireReady(t *testing.T, conds []metav1.Condition, observed int64, status metav1.ConditionStatus, reason string, msgParts ...string) metav1.Condition {
+	t.Helper()
+	c := readyCondition(t, conds)
+	require.Equal(t, status, c.Status, "Ready status (reason %s: %s)", c.Reason, c.Message)
+	require.Equal(t, reason, c.Reason, "Ready reason (message %q)", c.Message)
+	require.EqualValues(t, testGeneration, c.ObservedGeneration, "condition observedGeneration")
+	require.EqualValues(t, testGeneration, observed, "status observedGeneration")
+	for _, part := range msgParts {
+		require.Contains(t, c.Message, part)
+	}
+	require.NotContains(t, c.Message, testPassword)
+	return c
+}
+
+// ---------------------------------------------------------------------------------------------
+// git CLI helpers, for reading what the workers pushed to the bare repository.
+
+func runGit(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := gitOutput(dir, args...)
+	require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
+	return out
+}
+
+func gitOutput(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return strings.TrimSpace(string(out) + stderr.String()), err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// branchFiles lists the files of branch in the bare repository; nil while the branch does not
+// exist.
+func branchFiles(gitDir, branch string) []string {
+	out, err := gitOutput("", "--git-dir="+gitDir, "ls-tree", "-r", "--name-only", "refs/heads/"+branch)
+	if err != nil || out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
+}
