@@ -52,6 +52,7 @@ type Stack struct {
 	// LogPath is kubescribe's own log.
 	LogPath string
 
+	grace   time.Duration
 	app     *app.App
 	logFile *os.File
 	cancel  context.CancelFunc
@@ -78,9 +79,22 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, fmt.Errorf("installing kubescribe: %w", err)
 	}
 
-	s.LogPath = filepath.Join(cp.Dir, "kubescribe.log")
-	if s.logFile, err = os.Create(s.LogPath); err != nil {
+	s.grace = opts.Grace
+	if err := s.StartKubescribe(ctx); err != nil {
 		return nil, err
+	}
+	logf("stack: kubescribe ready (ops %s, log %s)", s.OpsURL, s.LogPath)
+	return s, nil
+}
+
+// StartKubescribe starts kubescribe (again, after StopKubescribe) and waits until it is ready.
+// Its log is appended to LogPath.
+func (s *Stack) StartKubescribe(ctx context.Context) error {
+	cp := s.ControlPlane
+	s.LogPath = filepath.Join(cp.Dir, "kubescribe.log")
+	var err error
+	if s.logFile, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+		return err
 	}
 	o := app.DefaultOptions()
 	o.RestConfig = cp.UserConfig("kubescribe")
@@ -91,31 +105,27 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
 	o.ShutdownTimeout = 20 * time.Second
-	if opts.Grace > 0 {
-		o.AttributionGrace = opts.Grace
+	if s.grace > 0 {
+		o.AttributionGrace = s.grace
 	}
 	o.Logger = slog.New(slog.NewJSONHandler(s.logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if s.app, err = app.New(o); err != nil {
-		return nil, err
+		return err
 	}
 	s.OpsURL = "http://" + s.app.OpsAddr().String()
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan error, 1)
 	go func() { s.done <- s.app.Run(runCtx) }()
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	logf("stack: kubescribe ready (ops %s, log %s)", s.OpsURL, s.LogPath)
-	return s, nil
+	return s.waitReady(ctx)
 }
 
-// Stop stops kubescribe gracefully, then the control plane.
-func (s *Stack) Stop() error {
-	var errs []error
+// StopKubescribe stops kubescribe gracefully, as SIGTERM does, and returns once it exited.
+func (s *Stack) StopKubescribe() error {
+	var err error
 	if s.cancel != nil {
 		s.cancel()
-		if err := <-s.done; err != nil {
-			errs = append(errs, fmt.Errorf("kubescribe: %w", err))
+		if rerr := <-s.done; rerr != nil {
+			err = fmt.Errorf("kubescribe: %w", rerr)
 		}
 		s.cancel = nil
 	}
@@ -123,6 +133,12 @@ func (s *Stack) Stop() error {
 		_ = s.logFile.Close()
 		s.logFile = nil
 	}
+	return err
+}
+
+// Stop stops kubescribe gracefully, then the control plane.
+func (s *Stack) Stop() error {
+	errs := []error{s.StopKubescribe()}
 	if s.ControlPlane != nil {
 		errs = append(errs, s.ControlPlane.Stop())
 	}

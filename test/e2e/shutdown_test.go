@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+// metric returns the line of kubescribe's /metrics that starts with name, or "".
+func metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get(env.OpsURL + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return line
+		}
+	}
+	return ""
+}
+
+// A change still waiting for its author when kubescribe is told to stop is committed and pushed,
+// under its author, before kubescribe exits; the restarted kubescribe does not commit it again.
+func TestShutdownFinishesInFlightChanges(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-shutdown", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+
+	_, err := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "in-flight"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// The change is in kubescribe's hands (waiting for its audit fact) ...
+	require.True(t, poll(30*time.Second, func() bool {
+		return metric(t, "kubescribe_attribution_pending_changes") == "kubescribe_attribution_pending_changes 1"
+	}), "the change never became pending")
+	// ... when it is told to stop.
+	require.NoError(t, env.StopKubescribe())
+	require.Equal(t, []string{"alice|alice@users.kubescribe.invalid|kubescribe|create configmaps e2e-shutdown/in-flight"}, m.commits(t),
+		"the commit must be pushed before kubescribe exits")
+
+	require.NoError(t, env.StartKubescribe(ctx))
+	waitReady(t, v1alpha1.WatchRulesResource, m.ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	_, err = clientFor(t, "bob").CoreV1().ConfigMaps(m.ns).Patch(ctx, "in-flight", types.MergePatchType, []byte(`{"data":{"k":"w"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	got := m.waitCommits(t, 2)
+	require.Equal(t, []string{
+		"alice|alice@users.kubescribe.invalid|kubescribe|create configmaps e2e-shutdown/in-flight",
+		"bob|bob@users.kubescribe.invalid|kubescribe|update configmaps e2e-shutdown/in-flight",
+	}, got, "the restart's snapshot of an unchanged object must not make a commit")
+}
