@@ -54,8 +54,9 @@ test-unit:
 demo: deps kube-apiserver
 	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/demo
 
+## bench: Go benchmarks, each reported as a ratio to its same-run baseline (hack/bench.sh).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	hack/bench.sh
 
 clean:
 	rm -rf $(BIN)

@@ -115,7 +115,7 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
-	b.Run("full-eventlist", func(b *testing.B) {
+	b.Run("baseline-full-eventlist", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
