@@ -48,8 +48,13 @@ lint:
 test: deps kube-apiserver
 	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./...
 
+## test-unit: unit tests only (no real components needed).
 test-unit:
 	$(GO) test -count=1 -short ./...
+
+## test-e2e: the end-to-end tests against the real control plane only.
+test-e2e: deps kube-apiserver
+	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./test/...
 
 demo: deps kube-apiserver
 	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/demo

@@ -66,12 +66,13 @@ type GitProviderSpec struct {
 
 	// CommitWindow is how long a commit stays open: the changes of one author on one GitTarget
 	// made within this window become one commit; a change by a different author closes the
-	// window. A Go duration such as "5s" or "1m30s"; "0s" commits every change on its own.
+	// window. A Go duration such as "5s" or "1m30s", above zero and at most one hour.
 	// Defaults to 5s.
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="commitWindow must be above 0s and at most 1h"
 	CommitWindow *metav1.Duration `json:"commitWindow,omitempty"`
 
 	// AuthorEmailDomain is the domain of the author email for Kubernetes usernames that contain

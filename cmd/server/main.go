@@ -45,7 +45,7 @@ func run(args []string) int {
 func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	opts := app.DefaultOptions()
 	fs := flag.NewFlagSet("kubescribe", flag.ContinueOnError)
-	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config, then $KUBECONFIG")
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG or ~/.kube/config when present, else the in-cluster config")
 	fs.StringVar(&opts.ClusterName, "cluster-name", opts.ClusterName, "audit route of the cluster kubescribe runs in (its apiserver posts to /audit/<name>)")
 	fs.StringVar(&opts.RedisAddr, "redis-addr", "", "Redis host:port (required)")
 	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else $REDIS_PASSWORD)")

@@ -19,8 +19,8 @@ import (
 
 // Options configure kubescribe. Start from DefaultOptions.
 type Options struct {
-	// Kubeconfig is the path of a kubeconfig file. Empty: the in-cluster config, else the
-	// usual client-go rules ($KUBECONFIG, ~/.kube/config).
+	// Kubeconfig is the path of a kubeconfig file. Empty: client-go's usual rules ($KUBECONFIG,
+	// ~/.kube/config), falling back to the in-cluster config.
 	Kubeconfig string
 	// RestConfig, when set, is used instead of Kubeconfig (for embedding and tests).
 	RestConfig *rest.Config

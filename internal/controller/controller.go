@@ -91,10 +91,12 @@ type Controller struct {
 	informers map[kind]cache.SharedIndexInformer
 
 	mu        sync.RWMutex
-	providers map[types.NamespacedName]*providerState // Ready providers only
-	routes    map[types.NamespacedName]route          // Ready targets only
-	workers   map[workerKey]*runningWorker
-	pushes    map[types.NamespacedName]pushRecord
+	providers map[types.NamespacedName]*providerState // last settings that passed a check
+	// providerReady holds the providers whose latest check passed.
+	providerReady map[types.NamespacedName]bool
+	routes        map[types.NamespacedName]route // Ready targets only
+	workers       map[workerKey]*runningWorker
+	pushes        map[types.NamespacedName]pushRecord
 
 	workerCtx    context.Context
 	stopWorkers  context.CancelFunc
@@ -120,12 +122,13 @@ func New(opts Options) (*Controller, error) {
 		opts.ProbeRemote = git.Probe
 	}
 	c := &Controller{
-		opts:      opts,
-		log:       opts.Logger,
-		providers: map[types.NamespacedName]*providerState{},
-		routes:    map[types.NamespacedName]route{},
-		workers:   map[workerKey]*runningWorker{},
-		pushes:    map[types.NamespacedName]pushRecord{},
+		opts:          opts,
+		log:           opts.Logger,
+		providers:     map[types.NamespacedName]*providerState{},
+		providerReady: map[types.NamespacedName]bool{},
+		routes:        map[types.NamespacedName]route{},
+		workers:       map[workerKey]*runningWorker{},
+		pushes:        map[types.NamespacedName]pushRecord{},
 	}
 	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
 	// is retried patiently without starving the others.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -18,6 +19,9 @@ import (
 
 // probeTimeout bounds one reachability check of a repository.
 const probeTimeout = 30 * time.Second
+
+// maxCommitWindow is the longest commit window accepted, as the CRD schema says.
+const maxCommitWindow = time.Hour
 
 // providerState is what a Ready GitProvider gives its targets' workers.
 type providerState struct {
@@ -37,12 +41,15 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 	}
 	defer c.enqueueReferencing(kindTarget, name.Namespace, "providerRef", name.Name)
 	if !exists {
-		c.setProvider(name, nil)
+		c.forgetProvider(name)
 		return nil
 	}
 	before := p.Status.DeepCopy()
 	state, reason, msg, retry := c.evaluateProvider(ctx, &p)
 	c.setProvider(name, state)
+	if state == nil && c.hasProvider(name) {
+		msg += "; kubescribe keeps writing with the last settings that worked"
+	}
 	setReady(&p.Status.Conditions, p.Generation, state != nil, reason, "%s", msg)
 	p.Status.ObservedGeneration = p.Generation
 	if !equality.Semantic.DeepEqual(before, &p.Status) {
@@ -65,6 +72,11 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	if u, err := url.Parse(p.Spec.URL); err != nil || u.User != nil {
 		return nil, v1alpha1.ReasonInvalidSpec, "spec.url must be a plain repository URL without user or password; put credentials in the Secret named by spec.secretRef", false
 	}
+	// The CRD schema refuses these, but objects stored before that rule existed, or served by
+	// an apiserver without CEL, may still carry them.
+	if w := p.GetCommitWindow(); w <= 0 || w > maxCommitWindow {
+		return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.commitWindow %s must be above 0s and at most %s", w, maxCommitWindow), false
+	}
 	creds, reason, msg, retry := c.providerCredentials(ctx, p)
 	if reason != "" {
 		return nil, reason, msg, retry
@@ -81,18 +93,14 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	defer cancel()
 	if err := c.opts.ProbeRemote(pctx, p.Spec.URL, creds); err != nil {
 		if errors.Is(err, git.ErrAuthentication) {
-			return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused the credentials of Secret %q: %v", secretName(p), err), false
+			if p.Spec.SecretRef == nil {
+				return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused anonymous access (set spec.secretRef): %v", err), false
+			}
+			return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused the credentials of Secret %q: %v", p.Spec.SecretRef.Name, err), false
 		}
 		return nil, v1alpha1.ReasonRemoteUnreachable, err.Error(), true
 	}
 	return state, v1alpha1.ReasonReady, fmt.Sprintf("repository %s is reachable", p.Spec.URL), false
-}
-
-func secretName(p *v1alpha1.GitProvider) string {
-	if p.Spec.SecretRef == nil {
-		return ""
-	}
-	return p.Spec.SecretRef.Name
 }
 
 // providerCredentials reads the provider's Secret. Credentials stay in memory; they are never
@@ -115,6 +123,9 @@ func (c *Controller) providerCredentials(ctx context.Context, p *v1alpha1.GitPro
 	if password == "" {
 		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q has no %q key (a password or access token)", s.Name, v1alpha1.SecretKeyPassword), false
 	}
+	if ca := s.Data[v1alpha1.SecretKeyCACert]; len(ca) > 0 && !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q key %q holds no PEM certificate", s.Name, v1alpha1.SecretKeyCACert), false
+	}
 	creds = git.Credentials{
 		Username: string(s.Data[v1alpha1.SecretKeyUsername]),
 		Password: password,
@@ -126,13 +137,33 @@ func (c *Controller) providerCredentials(ctx context.Context, p *v1alpha1.GitPro
 	return creds, "", "", false
 }
 
-// setProvider records a provider's state (nil when not Ready).
+// setProvider records the outcome of a provider check. A Ready check replaces the settings
+// workers use; a failed one only marks the provider not Ready. The last settings that worked
+// stay in use, so a remote that is down during a re-check, or a Secret being rotated, does not
+// stop the workers holding unpushed commits, nor the watches feeding them.
 func (c *Controller) setProvider(name types.NamespacedName, state *providerState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if state == nil {
-		delete(c.providers, name)
+		delete(c.providerReady, name)
 		return
 	}
 	c.providers[name] = state
+	c.providerReady[name] = true
+}
+
+// hasProvider reports whether a provider has settings that worked once.
+func (c *Controller) hasProvider(name types.NamespacedName) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.providers[name]
+	return ok
+}
+
+// forgetProvider drops a deleted provider's settings; its targets stop being written.
+func (c *Controller) forgetProvider(name types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.providers, name)
+	delete(c.providerReady, name)
 }

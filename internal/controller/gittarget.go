@@ -49,18 +49,23 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	}
 	defer c.enqueueReferencing(kindRule, name.Namespace, "targetRef", name.Name)
 	if !exists {
-		c.setRoute(name, nil)
+		c.mu.Lock()
+		c.setRouteLocked(name, nil)
+		delete(c.pushes, name) // a re-created target starts without its predecessor's history
+		c.mu.Unlock()
 		return nil
 	}
 	before := t.Status.DeepCopy()
-	rt, reason, msg := c.evaluateTarget(&t)
-	c.setRoute(name, rt)
+	rt, reason, msg := c.routeTarget(name, &t)
 	ready := rt != nil
 	if ready {
 		t.Status.ObservedDestination = &v1alpha1.Destination{Branch: t.Spec.Branch, Path: t.Spec.Path}
 		if st := rt.worker.worker.Status(); st.LastError != nil {
 			ready, reason = false, v1alpha1.ReasonPushFailed
 			msg = fmt.Sprintf("pushing to %s branch %q failed (%d changes pending, retrying): %v", rt.worker.state.url, t.Spec.Branch, st.Pending, st.LastError)
+		} else if !c.isProviderReady(types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}) {
+			ready, reason = false, v1alpha1.ReasonProviderNotReady
+			msg = fmt.Sprintf("GitProvider %q is not Ready; changes are still written with its last settings that worked", t.Spec.ProviderRef.Name)
 		}
 	}
 	c.mu.RLock()
@@ -86,33 +91,44 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	return nil
 }
 
-// evaluateTarget returns the target's route when it can be written to, else the reason.
-func (c *Controller) evaluateTarget(t *v1alpha1.GitTarget) (rt *route, reason, msg string) {
+// routeTarget routes the target to its branch worker when it can be written to, or unroutes
+// it and says why. Finding or starting the worker and recording the route happen under one
+// lock, so a concurrent sync of another target cannot see the new worker unused and stop it.
+func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarget) (rt *route, reason, msg string) {
+	unroute := func(reason, msg string) (*route, string, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.setRouteLocked(name, nil)
+		return nil, reason, msg
+	}
 	if t.Spec.SourceCluster != nil {
-		return nil, v1alpha1.ReasonSourceClusterUnsupported,
-			"spec.sourceCluster is not supported by this version of kubescribe: remove it to mirror the cluster kubescribe runs in"
+		return unroute(v1alpha1.ReasonSourceClusterUnsupported,
+			"spec.sourceCluster is not supported by this version of kubescribe: remove it to mirror the cluster kubescribe runs in")
 	}
 	providerName := types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}
 	var p v1alpha1.GitProvider
 	if exists, err := c.get(kindProvider, providerName, &p); err != nil || !exists {
-		return nil, v1alpha1.ReasonProviderNotFound, fmt.Sprintf("GitProvider %q not found in namespace %q", providerName.Name, providerName.Namespace)
+		return unroute(v1alpha1.ReasonProviderNotFound, fmt.Sprintf("GitProvider %q not found in namespace %q", providerName.Name, providerName.Namespace))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	state, ok := c.providers[providerName]
 	if !ok {
+		c.setRouteLocked(name, nil)
 		return nil, v1alpha1.ReasonProviderNotReady, fmt.Sprintf("GitProvider %q is not Ready", providerName.Name)
 	}
 	w, err := c.ensureWorkerLocked(workerKey{provider: providerName, branch: t.Spec.Branch}, *state)
 	if err != nil {
+		c.setRouteLocked(name, nil)
 		return nil, v1alpha1.ReasonInvalidSpec, err.Error()
 	}
 	where := "the repository root"
 	if t.Spec.Path != "" {
 		where = fmt.Sprintf("folder %q", t.Spec.Path)
 	}
-	return &route{worker: w, path: t.Spec.Path}, v1alpha1.ReasonReady,
-		fmt.Sprintf("writing to %s branch %q, %s", state.url, t.Spec.Branch, where)
+	rt = &route{worker: w, path: t.Spec.Path}
+	c.setRouteLocked(name, rt)
+	return rt, v1alpha1.ReasonReady, fmt.Sprintf("writing to %s branch %q, %s", state.url, t.Spec.Branch, where)
 }
 
 // ensureWorkerLocked returns the running worker for k, replacing one started with other
@@ -174,10 +190,9 @@ func (c *Controller) stopWorkerLocked(rw *runningWorker) {
 	c.log.Info("stopping git worker", "provider", rw.key.provider.String(), "branch", rw.key.branch)
 }
 
-// setRoute records (or with nil removes) a target's route and stops workers no route uses.
-func (c *Controller) setRoute(name types.NamespacedName, rt *route) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// setRouteLocked records (or with nil removes) a target's route and stops workers no route
+// uses. c.mu must be held.
+func (c *Controller) setRouteLocked(name types.NamespacedName, rt *route) {
 	if rt == nil {
 		delete(c.routes, name)
 	} else {
@@ -234,4 +249,10 @@ func (c *Controller) enqueueTargetsOf(k workerKey) {
 	for _, name := range names {
 		c.enqueue(kindTarget, name)
 	}
+}
+
+func (c *Controller) isProviderReady(name types.NamespacedName) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.providerReady[name]
 }

@@ -43,8 +43,6 @@ const (
 	// testGeneration is the metadata.generation of every seeded object, so observedGeneration
 	// assertions cannot pass by accident with a zero value.
 	testGeneration = 3
-	// knownBugsEnv runs the tests that expose known controller bugs instead of skipping them.
-	knownBugsEnv = "KUBESCRIBE_RUN_KNOWN_BUGS"
 )
 
 // bareRepo, as a GitProvider URL, stands for the fixture's bare repository (created in
@@ -55,16 +53,6 @@ var (
 	configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	widgetsGVR    = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 )
-
-// knownBug skips a test that exposes a bug in the controller. The message says what is wrong;
-// the report that came with these tests says where and how to fix it. Set
-// KUBESCRIBE_RUN_KNOWN_BUGS=1 to run such tests and see them fail.
-func knownBug(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skip("bug: " + msg)
-	}
-}
 
 func nn(name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: testNS, Name: name}
@@ -178,6 +166,24 @@ func (g gatedNamespaced) List(ctx context.Context, opts metav1.ListOptions) (*un
 		return nil, ctx.Err()
 	}
 	return g.ResourceInterface.List(ctx, opts)
+}
+
+// lockedBuffer collects the controller's log output from every goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -318,8 +324,8 @@ type fixtureConfig struct {
 	// objects are kubescribe objects (typed) and source objects (unstructured) to seed.
 	objects []runtime.Object
 	secrets []runtime.Object
-	// resources is what discovery serves; coreV1() when nil.
-	resources []*metav1.APIResourceList
+	// sourceDiscovery, when set, replaces the cached fake discovery serving coreV1().
+	sourceDiscovery discovery.DiscoveryInterface
 	// workers is passed to Run. 0 starts the informers (and what Run sets up for the git
 	// workers and watches) without reconcile workers: the test calls the sync functions itself.
 	workers int
@@ -335,9 +341,9 @@ type fixture struct {
 	disc    *fakediscovery.FakeDiscovery
 	probe   *fakeProbe
 	joined  *joinRecorder
+	logs    *lockedBuffer
 	c       *Controller
-	repoDir string
-	repoURL string
+	repoDir string // the bare repository GitProviders with URL bareRepo write to
 }
 
 func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
@@ -363,11 +369,11 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		widgetsGVR:                    "WidgetList",
 	}, objs...)
 	kube := kubefake.NewClientset(cfg.secrets...)
-	resources := cfg.resources
-	if resources == nil {
-		resources = coreV1()
+	fd, cached := newDiscovery(coreV1())
+	var dc discovery.DiscoveryInterface = cached
+	if cfg.sourceDiscovery != nil {
+		dc = cfg.sourceDiscovery
 	}
-	fd, dc := newDiscovery(resources)
 	var source dynamic.Interface = dyn
 	if cfg.sourceGate != nil {
 		source = gatedClient{Interface: dyn, gvr: configMapsGVR, gate: cfg.sourceGate}
@@ -380,8 +386,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		disc:    fd,
 		probe:   &fakeProbe{},
 		joined:  &joinRecorder{},
+		logs:    &lockedBuffer{},
 		repoDir: repoDir,
-		repoURL: "file://" + repoDir,
 	}
 	c, err := New(Options{
 		Client:          dyn,
@@ -392,7 +398,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		Join:            f.joined.join,
 		Render:          renderName,
 		ProbeRemote:     f.probe.probe,
-		Logger:          slog.New(slog.DiscardHandler),
+		Logger:          slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	require.NoError(t, err)
 	f.c = c
@@ -412,6 +418,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer scancel()
 		require.NoError(t, c.StopWorkers(sctx))
+		require.NotContains(t, f.logs.String(), testPassword, "the controller logged the password")
 	})
 	require.Eventually(t, c.Synced, 10*time.Second, 5*time.Millisecond, "controller caches did not sync")
 	return f

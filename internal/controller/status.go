@@ -11,12 +11,20 @@ import (
 
 var metav1UpdateOptions = metav1.UpdateOptions{FieldManager: FieldManager}
 
-// setReady sets the Ready condition; it reports whether anything changed.
+// setReady sets the Ready condition to True or False; it reports whether anything changed.
 func setReady(conds *[]metav1.Condition, generation int64, ready bool, reason, format string, args ...any) bool {
-	status := metav1.ConditionFalse
+	return setCondition(conds, generation, conditionStatus(ready), reason, format, args...)
+}
+
+func conditionStatus(ready bool) metav1.ConditionStatus {
 	if ready {
-		status = metav1.ConditionTrue
+		return metav1.ConditionTrue
 	}
+	return metav1.ConditionFalse
+}
+
+// setCondition sets the Ready condition; it reports whether anything changed.
+func setCondition(conds *[]metav1.Condition, generation int64, status metav1.ConditionStatus, reason, format string, args ...any) bool {
 	return meta.SetStatusCondition(conds, metav1.Condition{
 		Type:               v1alpha1.ConditionReady,
 		Status:             status,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -31,7 +32,11 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 	}
 	before := r.Status.DeepCopy()
 	ready, reason, msg, recheck := c.evaluateRule(&r)
-	setReady(&r.Status.Conditions, r.Generation, ready, reason, "%s", msg)
+	status := conditionStatus(ready)
+	if reason == v1alpha1.ReasonProgressing {
+		status = metav1.ConditionUnknown // the initial list has not finished: not known yet
+	}
+	setCondition(&r.Status.Conditions, r.Generation, status, reason, "%s", msg)
 	r.Status.ObservedGeneration = r.Generation
 	if !equality.Semantic.DeepEqual(before, &r.Status) {
 		if err := c.writeStatus(ctx, v1alpha1.WatchRulesResource, &r); err != nil {
@@ -168,6 +173,11 @@ func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule
 	for _, gvr := range order {
 		resolved = append(resolved, *byGVR[gvr])
 	}
+	// Discovery's order is not stable; a sorted list keeps the status from being rewritten.
+	slices.SortFunc(resolved, func(a, b resolvedResource) int {
+		return strings.Compare(v1alpha1.FormatResource(a.gvr), v1alpha1.FormatResource(b.gvr))
+	})
+	slices.Sort(skipped)
 	return resolved, skipped, nil
 }
 

@@ -17,8 +17,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 
 	"github.com/kubescribe/kubescribe/test/stack"
 )
@@ -200,12 +204,20 @@ spec:
 }
 
 func waitRuleReady(ctx context.Context, s *stack.Stack) error {
+	dyn, err := dynamic.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		out, _ := exec.CommandContext(ctx, "kubectl", "--kubeconfig", s.KubeconfigPath("admin"), "-n", "demo",
-			"get", "watchrule", "configmaps", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}").Output()
-		if string(out) == "True" {
-			return nil
+		u, err := dyn.Resource(v1alpha1.WatchRulesResource).Namespace("demo").Get(ctx, "configmaps", metav1.GetOptions{})
+		if err == nil {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == v1alpha1.ConditionReady && m["status"] == "True" {
+					return nil
+				}
+			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

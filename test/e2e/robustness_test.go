@@ -169,7 +169,7 @@ func TestMisconfigurationIsReported(t *testing.T) {
 	secret := func(name, password string) {
 		_, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Data: map[string][]byte{"username": []byte(env.Git.Username), "password": []byte(password), "ca.crt": env.Git.CAData},
+			Data:       map[string][]byte{"username": []byte(env.Git.Username), "password": []byte(password), "ca.crt": env.Git.CAData},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}

@@ -1,0 +1,336 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/git"
+)
+
+func credsSecret() runtime.Object {
+	return newSecret("creds", map[string]string{"password": testPassword})
+}
+
+func TestSyncTarget(t *testing.T) {
+	tests := []struct {
+		name   string
+		target *v1alpha1.GitTarget
+		// provider is seeded when set; syncProvider runs first when it is Ready by probeErr.
+		provider *v1alpha1.GitProvider
+		probeErr error
+
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantMsg    []string
+		wantDest   *v1alpha1.Destination
+	}{
+		{
+			name: "source cluster unsupported",
+			target: newTarget("web", "git", "main", "", func(t *v1alpha1.GitTarget) {
+				t.Spec.SourceCluster = &v1alpha1.SourceCluster{
+					KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote-kubeconfig"},
+					AuditRoute:          "edge",
+				}
+			}),
+			provider:   newProvider("git", bareRepo),
+			wantStatus: metav1.ConditionFalse,
+			wantReason: v1alpha1.ReasonSourceClusterUnsupported,
+			wantMsg:    []string{"spec.sourceCluster"},
+		},
+		{
+			name:       "provider not found",
+			target:     newTarget("web", "nope", "main", ""),
+			provider:   newProvider("git", bareRepo),
+			wantStatus: metav1.ConditionFalse,
+			wantReason: v1alpha1.ReasonProviderNotFound,
+			wantMsg:    []string{`GitProvider "nope" not found in namespace "team-a"`},
+		},
+		{
+			name:       "provider not ready",
+			target:     newTarget("web", "git", "main", ""),
+			provider:   newProvider("git", bareRepo),
+			probeErr:   errors.New("listing the repository: connection refused"),
+			wantStatus: metav1.ConditionFalse,
+			wantReason: v1alpha1.ReasonProviderNotReady,
+			wantMsg:    []string{`GitProvider "git" is not Ready`},
+		},
+		{
+			name:       "ready in a folder",
+			target:     newTarget("web", "git", "main", "clusters/prod"),
+			provider:   newProvider("git", bareRepo),
+			wantStatus: metav1.ConditionTrue,
+			wantReason: v1alpha1.ReasonReady,
+			wantMsg:    []string{`branch "main"`, `folder "clusters/prod"`},
+			wantDest:   &v1alpha1.Destination{Branch: "main", Path: "clusters/prod"},
+		},
+		{
+			name:       "ready at the repository root",
+			target:     newTarget("web", "git", "release/v1", ""),
+			provider:   newProvider("git", bareRepo),
+			wantStatus: metav1.ConditionTrue,
+			wantReason: v1alpha1.ReasonReady,
+			wantMsg:    []string{`branch "release/v1"`, "the repository root"},
+			wantDest:   &v1alpha1.Destination{Branch: "release/v1", Path: ""},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, fixtureConfig{
+				objects: []runtime.Object{tt.provider, tt.target},
+				secrets: []runtime.Object{credsSecret()},
+			})
+			f.probe.setErr(tt.probeErr)
+			if err := f.syncProvider(tt.provider.Name); tt.probeErr == nil {
+				require.NoError(t, err)
+			}
+
+			require.NoError(t, f.syncTarget("web"))
+
+			got := f.target("web")
+			requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, tt.wantStatus, tt.wantReason, tt.wantMsg...)
+			require.Equal(t, tt.wantDest, got.Status.ObservedDestination)
+
+			rt, routed := f.route("web")
+			require.Equal(t, tt.wantStatus == metav1.ConditionTrue, routed, "a Ready target, and only one, is routed")
+			f.c.mu.RLock()
+			workers := len(f.c.workers)
+			f.c.mu.RUnlock()
+			if !routed {
+				require.Zero(t, workers, "no git worker runs for a target that is not Ready")
+				return
+			}
+			require.Equal(t, tt.target.Spec.Path, rt.path)
+			require.Equal(t, workerKey{provider: nn("git"), branch: tt.target.Spec.Branch}, rt.worker.key)
+			require.Equal(t, 1, workers)
+		})
+	}
+}
+
+// TestSyncTargetProviderNeverSynced: a GitProvider that exists but has not been reconciled yet
+// is not Ready for its targets.
+func TestSyncTargetProviderNeverSynced(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncTarget("web"))
+	got := f.target("web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonProviderNotReady)
+	require.Nil(t, got.Status.ObservedDestination)
+}
+
+// TestSyncTargetFollowsProvider: while its provider fails a re-check the target is not Ready
+// but keeps writing with the provider's last settings that worked; once the provider is
+// deleted the target loses its route and its git worker stops.
+func TestSyncTargetFollowsProvider(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	workers := func() int {
+		f.c.mu.RLock()
+		defer f.c.mu.RUnlock()
+		return len(f.c.workers)
+	}
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	before, routed := f.route("web")
+	require.True(t, routed)
+	require.Equal(t, 1, workers())
+
+	f.probe.setErr(errors.New("listing the repository: 503"))
+	require.Error(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	got := f.target("web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonProviderNotReady,
+		`GitProvider "git" is not Ready`, "last settings that worked")
+	after, routed := f.route("web")
+	require.True(t, routed, "changes keep flowing with the last settings that worked")
+	require.Same(t, before.worker, after.worker)
+	require.Equal(t, 1, workers())
+
+	f.probe.setErr(nil)
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	got = f.target("web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
+
+	require.NoError(t, f.dyn.Resource(v1alpha1.GitProvidersResource).Namespace(testNS).Delete(context.Background(), "git", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, exists, _ := f.c.informers[kindProvider].GetIndexer().GetByKey(nn("git").String())
+		return !exists
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	got = f.target("web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonProviderNotFound)
+	_, routed = f.route("web")
+	require.False(t, routed)
+	require.Zero(t, workers())
+
+	// A deleted target drops its route; the sync of a missing object succeeds.
+	require.NoError(t, f.syncTarget("gone"))
+}
+
+// TestSyncTargetSharesBranchWorkers: targets on one branch of one provider share its single
+// writer; another branch gets its own; rotated credentials replace the worker for every target
+// on the branch.
+func TestSyncTargetSharesBranchWorkers(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{
+			newProvider("git", bareRepo),
+			newTarget("web", "git", "main", "apps/web"),
+			newTarget("db", "git", "main", "apps/db"),
+			newTarget("staging", "git", "staging", ""),
+		},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	for _, name := range []string{"web", "db", "staging"} {
+		require.NoError(t, f.syncTarget(name))
+	}
+	web, _ := f.route("web")
+	db, _ := f.route("db")
+	staging, _ := f.route("staging")
+	require.Same(t, web.worker, db.worker)
+	require.NotSame(t, web.worker, staging.worker)
+	require.Equal(t, "apps/web", web.path)
+	require.Equal(t, "apps/db", db.path)
+
+	// The token is rotated: the provider's state changes, and the next target sync on the
+	// branch starts a worker with the new credentials for both targets at once.
+	s, err := f.kube.CoreV1().Secrets(testNS).Get(context.Background(), "creds", metav1.GetOptions{})
+	require.NoError(t, err)
+	s.Data["password"] = []byte(testPassword + "-rotated")
+	_, err = f.kube.CoreV1().Secrets(testNS).Update(context.Background(), s, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	web2, _ := f.route("web")
+	db2, _ := f.route("db")
+	require.NotSame(t, web.worker, web2.worker)
+	require.Same(t, web2.worker, db2.worker, "the other target on the branch moves to the new worker")
+	require.Equal(t, testPassword+"-rotated", web2.worker.state.creds.Password)
+	f.c.mu.RLock()
+	require.Len(t, f.c.workers, 2)
+	f.c.mu.RUnlock()
+}
+
+// TestSyncTargetReportsPushFailure: a target whose worker cannot reach the repository is
+// reported PushFailed while it stays routed, so nothing is dropped.
+func TestSyncTargetReportsPushFailure(t *testing.T) {
+	missing := "file:///nonexistent/kubescribe-test/remote.git"
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", missing), newTarget("web", "git", "main", "")},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	rt, routed := f.route("web")
+	require.True(t, routed)
+	require.Eventually(t, func() bool { return rt.worker.worker.Status().LastError != nil }, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, f.syncTarget("web"))
+	got := f.target("web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonPushFailed, missing, `branch "main"`)
+	require.Equal(t, &v1alpha1.Destination{Branch: "main"}, got.Status.ObservedDestination)
+	_, routed = f.route("web")
+	require.True(t, routed, "a target whose pushes fail keeps its route: changes queue up")
+}
+
+// TestSyncTargetRecordsPushes: a push reported by a worker shows in the status of the targets
+// it carried commits for.
+func TestSyncTargetRecordsPushes(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	const sha = "0123456789abcdef0123456789abcdef01234567"
+	f.c.onPushed(git.PushResult{Commits: []git.CommitInfo{{SHA: sha, Target: nn("web")}}})
+	require.NoError(t, f.syncTarget("web"))
+	got := f.target("web")
+	require.Equal(t, sha, got.Status.LastCommit)
+	require.NotNil(t, got.Status.LastPushTime)
+	require.WithinDuration(t, time.Now(), got.Status.LastPushTime.Time, time.Minute)
+}
+
+// TestSyncTargetZeroCommitWindow: a GitProvider with commitWindow "0s" (the CRD now rejects
+// it with a CEL rule, which an older API server does not enforce, and objects stored before
+// the rule keep it) must not be reported Ready while each of its targets fails on it. Either
+// the provider reports the invalid spec, mirroring the CEL rule, or 0s works.
+func TestSyncTargetZeroCommitWindow(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{
+			newProvider("git", bareRepo, func(p *v1alpha1.GitProvider) { p.Spec.CommitWindow = &metav1.Duration{} }),
+			newTarget("web", "git", "main", ""),
+		},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	p := readyCondition(t, f.provider("git").Status.Conditions)
+	tg := readyCondition(t, f.target("web").Status.Conditions)
+	providerRefuses := p.Status == metav1.ConditionFalse && p.Reason == v1alpha1.ReasonInvalidSpec && strings.Contains(p.Message, "commitWindow")
+	targetWorks := tg.Status == metav1.ConditionTrue
+	require.True(t, providerRefuses || targetWorks,
+		"provider: %s %s %q; target: %s %s %q", p.Status, p.Reason, p.Message, tg.Status, tg.Reason, tg.Message)
+}
+
+// TestSyncTargetWorkerNotStoppedByConcurrentSync replays an interleaving of two reconcile
+// workers (the application runs two): target web's sync starts the branch worker; then the sync
+// of another target that is not Ready unroutes it and stops the workers no route uses. The
+// worker web was routed to must survive, because web's route was recorded together with it.
+func TestSyncTargetWorkerNotStoppedByConcurrentSync(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncProvider("git"))
+
+	var web v1alpha1.GitTarget
+	exists, err := f.c.get(kindTarget, nn("web"), &web)
+	require.NoError(t, err)
+	require.True(t, exists)
+	rt, reason, _ := f.c.routeTarget(nn("web"), &web) // reconcile worker 1, syncTarget(web)
+	require.Equal(t, v1alpha1.ReasonReady, reason)
+	f.c.mu.Lock()
+	f.c.setRouteLocked(nn("other"), nil) // reconcile worker 2, syncTarget(other) of a target that is not Ready
+	f.c.mu.Unlock()
+
+	f.c.mu.RLock()
+	running := f.c.workers[rt.worker.key]
+	routed := f.c.routes[nn("web")]
+	f.c.mu.RUnlock()
+	require.True(t, running == rt.worker, "web is routed to a worker that was stopped")
+	require.True(t, routed.worker == rt.worker)
+}
+
+// TestSyncTargetForgetsDeletedTargetPushes: a GitTarget that is deleted and created again (for
+// example on another provider) starts without the last push of its predecessor.
+func TestSyncTargetForgetsDeletedTargetPushes(t *testing.T) {
+	f := newFixture(t, fixtureConfig{})
+	const sha = "0123456789abcdef0123456789abcdef01234567"
+	f.c.onPushed(git.PushResult{Commits: []git.CommitInfo{{SHA: sha, Target: nn("web")}}})
+	require.NoError(t, f.syncTarget("web")) // web was deleted
+
+	_, err := f.dyn.Resource(v1alpha1.GitTargetsResource).Namespace(testNS).Create(context.Background(),
+		toUnstructured(t, newTarget("web", "elsewhere", "main", "")), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, exists, _ := f.c.informers[kindTarget].GetIndexer().GetByKey(nn("web").String())
+		return exists
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, f.syncTarget("web"))
+	got := f.target("web")
+	require.Empty(t, got.Status.LastCommit)
+	require.Nil(t, got.Status.LastPushTime)
+}
