@@ -115,8 +115,9 @@ func create(t *testing.T, gvr schema.GroupVersionResource, ns string, obj any) {
 	require.NoError(t, err)
 }
 
-// waitReady waits until the object's Ready condition has the status and reason.
-func waitReady(t *testing.T, gvr schema.GroupVersionResource, ns, name string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+// waitReady waits until the object's Ready condition has the status and reason, and, when
+// given, describes at least generation minGeneration.
+func waitReady(t *testing.T, gvr schema.GroupVersionResource, ns, name string, status metav1.ConditionStatus, reason string, minGeneration ...int64) *metav1.Condition {
 	t.Helper()
 	var last *metav1.Condition
 	ok := poll(60*time.Second, func() bool {
@@ -125,7 +126,10 @@ func waitReady(t *testing.T, gvr schema.GroupVersionResource, ns, name string, s
 			return false
 		}
 		last = readyCondition(u)
-		return last != nil && last.Status == status && last.Reason == reason
+		if last == nil || (len(minGeneration) > 0 && last.ObservedGeneration < minGeneration[0]) {
+			return false
+		}
+		return last.Status == status && last.Reason == reason
 	})
 	require.True(t, ok, "%s %s/%s: want Ready=%s reason %s, last condition %+v", gvr.Resource, ns, name, status, reason, last)
 	return last

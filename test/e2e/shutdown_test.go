@@ -53,7 +53,13 @@ func TestShutdownFinishesInFlightChanges(t *testing.T) {
 		"the commit must be pushed before kubescribe exits")
 
 	require.NoError(t, env.StartKubescribe(ctx))
-	waitReady(t, v1alpha1.WatchRulesResource, m.ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	// The rule's Ready=True is still the old instance's. A new generation (same meaning) can only
+	// become Ready once the new instance has listed the namespace.
+	u, err := dynamicFor(t, "admin").Resource(v1alpha1.WatchRulesResource).Namespace(m.ns).Patch(ctx, "rule", types.MergePatchType,
+		[]byte(`{"spec":{"rules":[{"apiGroups":[""],"resources":["configmaps"],"operations":["CREATE","UPDATE","DELETE"]}]}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	cond := waitReady(t, v1alpha1.WatchRulesResource, m.ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady, u.GetGeneration())
+	require.Equal(t, u.GetGeneration(), cond.ObservedGeneration)
 	_, err = clientFor(t, "bob").CoreV1().ConfigMaps(m.ns).Patch(ctx, "in-flight", types.MergePatchType, []byte(`{"data":{"k":"w"}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	got := m.waitCommits(t, 2)
