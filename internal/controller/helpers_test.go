@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubescribe/kubescribe/internal/gittest"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -493,23 +493,10 @@ func requireReady(t *testing.T, conds []metav1.Condition, observed int64, status
 
 func runGit(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	out, err := gitOutput(dir, args...)
-	require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
-	return out
+	return gittest.Run(t, dir, args...)
 }
 
-func gitOutput(dir string, args ...string) (string, error) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return strings.TrimSpace(string(out) + stderr.String()), err
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+func gitOutput(dir string, args ...string) (string, error) { return gittest.Output(dir, args...) }
 
 // branchFiles lists the files of branch in the bare repository; nil while the branch does not
 // exist.

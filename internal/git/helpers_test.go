@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubescribe/kubescribe/internal/gittest"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,26 +33,12 @@ var (
 	fixedNow   = time.Date(2026, 3, 4, 6, 0, 0, 0, time.UTC)
 )
 
-// runGit runs the git CLI in dir and returns its trimmed stdout.
 func runGit(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	out, err := gitOutput(dir, args...)
-	require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
-	return out
+	return gittest.Run(t, dir, args...)
 }
 
-func gitOutput(dir string, args ...string) (string, error) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return strings.TrimSpace(string(out) + stderr.String()), err
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+func gitOutput(dir string, args ...string) (string, error) { return gittest.Output(dir, args...) }
 
 // newBareRemote creates a bare repository and returns its directory and file:// URL.
 func newBareRemote(t testing.TB) (string, string) {

@@ -165,7 +165,14 @@ func (s *stream) onUpsert(obj any, op Op, initial bool) {
 	if !initial && !s.allows(op) {
 		return
 	}
-	s.emit(Change{
+	c := s.change(u, op)
+	c.Manifest, c.Snapshot = manifest, initial
+	s.emit(c)
+}
+
+// change describes an operation on u as this stream's Change, without a manifest.
+func (s *stream) change(u *unstructured.Unstructured, op Op) Change {
+	return Change{
 		Cluster:         s.spec.Cluster,
 		Target:          s.spec.Target,
 		GVR:             s.spec.GVR,
@@ -174,10 +181,8 @@ func (s *stream) onUpsert(obj any, op Op, initial bool) {
 		UID:             string(u.GetUID()),
 		ResourceVersion: u.GetResourceVersion(),
 		Op:              op,
-		Manifest:        manifest,
 		Observed:        time.Now(),
-		Snapshot:        initial,
-	})
+	}
 }
 
 func (s *stream) onDelete(obj any) {
@@ -194,15 +199,5 @@ func (s *stream) onDelete(obj any) {
 	if !s.allows(OpDelete) {
 		return
 	}
-	s.emit(Change{
-		Cluster:         s.spec.Cluster,
-		Target:          s.spec.Target,
-		GVR:             s.spec.GVR,
-		Namespace:       u.GetNamespace(),
-		Name:            u.GetName(),
-		UID:             string(u.GetUID()),
-		ResourceVersion: u.GetResourceVersion(),
-		Op:              OpDelete,
-		Observed:        time.Now(),
-	})
+	s.emit(s.change(u, OpDelete))
 }
