@@ -77,7 +77,7 @@ func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, ms
 		return false, v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", targetName.Name), 0
 	}
 
-	resolved, skipped, err := resolveRules(c.opts.SourceDiscovery, r.Spec.Rules)
+	resolved, ignored, err := resolveRules(c.opts.SourceDiscovery, r.Spec.Rules)
 	if err != nil {
 		return false, v1alpha1.ReasonWatchFailed, err.Error(), notReadyRecheck
 	}
@@ -88,10 +88,7 @@ func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, ms
 		}
 		c.watches.Remove(owner)
 		r.Status.Resources = nil
-		msg := "no namespaced resource the cluster serves matches the rules"
-		if len(skipped) > 0 {
-			msg += "; cluster-scoped resources are not mirrored by a WatchRule: " + strings.Join(skipped, ", ")
-		}
+		msg := "no namespaced resource the cluster serves matches the rules" + ignored.describe()
 		return false, v1alpha1.ReasonNoResourcesMatched, msg, notReadyRecheck
 	}
 	specs := make([]watch.StreamSpec, 0, len(resolved))
@@ -115,10 +112,7 @@ func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, ms
 	case !synced:
 		return false, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", strings.Join(r.Status.Resources, ", ")), progressRecheck
 	}
-	msg = fmt.Sprintf("watching %s in namespace %q", strings.Join(r.Status.Resources, ", "), r.Namespace)
-	if len(skipped) > 0 {
-		msg += "; cluster-scoped resources are not mirrored by a WatchRule: " + strings.Join(skipped, ", ")
-	}
+	msg = fmt.Sprintf("watching %s in namespace %q", strings.Join(r.Status.Resources, ", "), r.Namespace) + ignored.describe()
 	return true, v1alpha1.ReasonReady, msg, targetRecheck
 }
 
@@ -127,13 +121,39 @@ type resolvedResource struct {
 	ops []watch.Op
 }
 
+// ignoredResources are resources rules select that are not mirrored.
+type ignoredResources struct {
+	// clusterScoped resources are not mirrored by a WatchRule.
+	clusterScoped []string
+	// secrets are never mirrored: their data would reach Git unencrypted.
+	secrets []string
+}
+
+// describe is the note a WatchRule's Ready message carries about ignored resources.
+func (i ignoredResources) describe() string {
+	var msg string
+	if len(i.clusterScoped) > 0 {
+		msg += "; cluster-scoped resources are not mirrored by a WatchRule: " + strings.Join(i.clusterScoped, ", ")
+	}
+	if len(i.secrets) > 0 {
+		msg += "; Secrets are never mirrored, their data would reach Git unencrypted: " + strings.Join(i.secrets, ", ")
+	}
+	return msg
+}
+
+// isSecret reports whether gvr is the core Secret resource, whose data must never reach Git in
+// plaintext. Until kubescribe can encrypt it, Secrets are not mirrored at all.
+func isSecret(gvr schema.GroupVersionResource) bool {
+	return gvr.Group == "" && gvr.Resource == "secrets"
+}
+
 // resolveRules maps rules to the namespaced resources the cluster serves (its preferred
 // version of each), with the union of operations of the rules that select it. Cluster-scoped
-// matches are returned in skipped.
-func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule) (resolved []resolvedResource, skipped []string, err error) {
+// and Secret matches are returned in ignored.
+func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule) (resolved []resolvedResource, ignored ignoredResources, err error) {
 	lists, err := dc.ServerPreferredResources()
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
-		return nil, nil, fmt.Errorf("discovering the cluster's resources: %w", err)
+		return nil, ignored, fmt.Errorf("discovering the cluster's resources: %w", err)
 	}
 	// A group whose discovery failed (an aggregated API that is down) is skipped; the others
 	// are still watched.
@@ -154,9 +174,9 @@ func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule
 					continue
 				}
 				gvr := gv.WithResource(res.Name)
-				if !res.Namespaced {
-					if s := v1alpha1.FormatResource(gvr); !slices.Contains(skipped, s) {
-						skipped = append(skipped, s)
+				if list := ignoredList(&ignored, gvr, res.Namespaced); list != nil {
+					if s := v1alpha1.FormatResource(gvr); !slices.Contains(*list, s) {
+						*list = append(*list, s)
 					}
 					continue
 				}
@@ -177,8 +197,20 @@ func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule
 	slices.SortFunc(resolved, func(a, b resolvedResource) int {
 		return strings.Compare(v1alpha1.FormatResource(a.gvr), v1alpha1.FormatResource(b.gvr))
 	})
-	slices.Sort(skipped)
-	return resolved, skipped, nil
+	slices.Sort(ignored.clusterScoped)
+	slices.Sort(ignored.secrets)
+	return resolved, ignored, nil
+}
+
+// ignoredList is the list of ignored a resource belongs to, or nil when it is mirrored.
+func ignoredList(ignored *ignoredResources, gvr schema.GroupVersionResource, namespaced bool) *[]string {
+	switch {
+	case isSecret(gvr):
+		return &ignored.secrets
+	case !namespaced:
+		return &ignored.clusterScoped
+	}
+	return nil
 }
 
 func matches(patterns []string, s string) bool {

@@ -338,6 +338,7 @@ func rawLists() []*metav1.APIResourceList {
 	return []*metav1.APIResourceList{
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{
 			apiResource("configmaps", true, listWatch...),
+			apiResource("secrets", true, listWatch...),
 			apiResource("pods", true, listWatch...),
 			apiResource("pods/status", true, "get", "patch", "update"),
 			apiResource("bindings", true, "create"),
@@ -446,7 +447,8 @@ func TestResolveRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fd, _ := newDiscovery(nil)
-			resolved, skipped, err := resolveRules(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, tt.rules)
+			resolved, ignored, err := resolveRules(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, tt.rules)
+			skipped := ignored.clusterScoped
 			require.NoError(t, err)
 			require.Equal(t, tt.want, resolvedMap(resolved))
 			require.Len(t, resolved, len(tt.want), "each resource once")
@@ -469,7 +471,8 @@ func TestResolveRulesPreferredVersions(t *testing.T) {
 		}},
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{apiResource("configmaps", true, listWatch...)}},
 	})
-	resolved, skipped, err := resolveRules(dc, []v1alpha1.ResourceRule{rule([]string{"batch"}, []string{"*"})})
+	resolved, ignored, err := resolveRules(dc, []v1alpha1.ResourceRule{rule([]string{"batch"}, []string{"*"})})
+	skipped := ignored.clusterScoped
 	require.NoError(t, err)
 	require.Empty(t, skipped)
 	require.Equal(t, map[string][]watch.Op{
@@ -520,5 +523,23 @@ func TestResolveRulesSortedAndStable(t *testing.T) {
 			first = names
 		}
 		require.Equal(t, first, names)
+	}
+}
+
+// Secrets are never mirrored, whether named or matched by "*": their data would reach Git
+// unencrypted. The rule's message says so.
+func TestResolveRulesNeverSelectsSecrets(t *testing.T) {
+	fd, _ := newDiscovery(nil)
+	for _, rules := range [][]v1alpha1.ResourceRule{
+		{rule([]string{""}, []string{"secrets"})},
+		{rule([]string{"*"}, []string{"*"})},
+	} {
+		resolved, ignored, err := resolveRules(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, rules)
+		require.NoError(t, err)
+		for _, r := range resolved {
+			require.NotEqual(t, "secrets", r.gvr.Resource)
+		}
+		require.Equal(t, []string{"v1/secrets"}, ignored.secrets)
+		require.Contains(t, ignored.describe(), "Secrets are never mirrored")
 	}
 }

@@ -230,6 +230,9 @@ func TestMisconfigurationIsReported(t *testing.T) {
 	rule("cluster-scoped", "good", []v1alpha1.ResourceRule{{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}}})
 	cond = waitReady(t, v1alpha1.WatchRulesResource, ns, "cluster-scoped", metav1.ConditionFalse, v1alpha1.ReasonNoResourcesMatched)
 	require.Contains(t, cond.Message, "cluster-scoped")
+	rule("secrets", "good", []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"secrets"}}})
+	cond = waitReady(t, v1alpha1.WatchRulesResource, ns, "secrets", metav1.ConditionFalse, v1alpha1.ReasonNoResourcesMatched)
+	require.Contains(t, cond.Message, "Secrets are never mirrored")
 	rule("exclusions", "good", []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ExcludeUsers: []string{"bot"}}})
 	waitReady(t, v1alpha1.WatchRulesResource, ns, "exclusions", metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
 }
