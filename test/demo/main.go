@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -138,9 +139,11 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(dir, "git-password"), []byte(s.Git.Password+"\n"), 0o600); err != nil {
 		return err
 	}
-	if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+	if term.IsTerminal(int(os.Stdin.Fd())) {
 		fmt.Println("==> press Ctrl-C to stop everything")
 		<-ctx.Done()
+	} else {
+		fmt.Println("==> not run from a terminal: stopping now (run `make demo` in a terminal to keep it up)")
 	}
 	return nil
 }
