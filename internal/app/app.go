@@ -121,7 +121,7 @@ func New(opts Options) (*App, error) {
 		Join:            a.joiner.Join,
 		Render:          declared.Manifest,
 		GitMetrics:      git.NewMetrics(opts.Registry),
-		Logger:          a.log.With("component", "controller"),
+		Logger:          a.log, // the controller tags its own and its workers' loggers
 	})
 	if err != nil {
 		return nil, err

@@ -63,7 +63,8 @@ type Options struct {
 	// ProbeRemote checks that a repository answers with the given credentials. Test seam;
 	// defaults to git.Probe.
 	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
-	Logger      *slog.Logger
+	// Logger is the base logger; the controller adds component=controller, watch or git.
+	Logger *slog.Logger
 }
 
 type kind string

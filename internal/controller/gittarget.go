@@ -151,7 +151,7 @@ func (c *Controller) ensureWorkerLocked(k workerKey, state providerState) (*runn
 		Committer:         state.committer,
 		CommitWindow:      state.window,
 		AuthorEmailDomain: state.domain,
-		Logger:            c.log.With("component", "git", "provider", k.provider.String(), "branch", k.branch),
+		Logger:            c.opts.Logger.With("provider", k.provider.String()), // the worker adds component, url and branch
 		Metrics:           c.opts.GitMetrics,
 		OnPushed:          c.onPushed,
 		OnFailed:          func(error) { c.enqueueTargetsOf(k) },
