@@ -107,6 +107,8 @@ func TestRedisOutageLosesNoAuthor(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-redis", "", []string{"alice"}, configMapWriters, watchConfigMaps)
 	require.NoError(t, env.StopRedis())
+	require.True(t, poll(10*time.Second, func() bool { code, _ := get(t, "/readyz"); return code == http.StatusServiceUnavailable }),
+		"/readyz must report the Redis outage")
 	restarted := false
 	defer func() {
 		if !restarted {
@@ -124,6 +126,8 @@ func TestRedisOutageLosesNoAuthor(t *testing.T) {
 
 	got := m.waitCommits(t, 1)
 	require.Equal(t, []string{"alice|alice@users.kubescribe.invalid|kubescribe|create configmaps e2e-redis/during-outage"}, got)
+	code, body := get(t, "/readyz")
+	require.Equal(t, http.StatusOK, code, body)
 }
 
 // The Git remote going away loses nothing: the target reports PushFailed while the commit waits,
