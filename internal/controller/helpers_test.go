@@ -1,8 +1,8 @@
 package controller
 
 import (
-	"bytes"
 	"context"
+	"github.com/kubescribe/kubescribe/internal/testlog"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -168,23 +168,7 @@ func (g gatedNamespaced) List(ctx context.Context, opts metav1.ListOptions) (*un
 	return g.ResourceInterface.List(ctx, opts)
 }
 
-// lockedBuffer collects the controller's log output from every goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type lockedBuffer = testlog.Buffer
 
 // ---------------------------------------------------------------------------------------------
 // Discovery.

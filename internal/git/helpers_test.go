@@ -1,9 +1,9 @@
 package git
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/kubescribe/kubescribe/internal/testlog"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -148,23 +148,7 @@ func (p *pushLog) commits() []CommitInfo {
 	return out
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testlog.Buffer
 
 type testWorker struct {
 	*Worker
