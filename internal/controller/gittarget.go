@@ -209,11 +209,14 @@ func (c *Controller) setRouteLocked(name types.NamespacedName, rt *route) {
 	}
 }
 
-// deliver hands an attributed change to its target's worker.
+// deliver hands an attributed change to its target's worker. The read lock is held across
+// Submit (which never blocks): a worker is replaced or stopped only under the write lock, so a
+// change is handed either to the old worker before it is told to stop, and is part of what it
+// commits and pushes on its way out, or to its successor.
 func (c *Controller) deliver(ac attribution.AttributedChange) {
 	c.mu.RLock()
+	defer c.mu.RUnlock()
 	rt, ok := c.routes[ac.Target]
-	c.mu.RUnlock()
 	if !ok {
 		c.log.Warn("change dropped: its GitTarget is not Ready", "target", ac.Target.String(),
 			"resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
