@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
+
+	sigsjson "sigs.k8s.io/json"
 )
 
 // The only list kind and version Decode accepts: what the apiserver's audit webhook backend sends.
@@ -23,6 +26,10 @@ type DropReason string
 
 // The reasons an event is dropped, in the order Decode checks them.
 const (
+	// DropMalformed: the event cannot be decoded (it is not an object, or a field Decode reads
+	// has the wrong type, such as an unparsable stageTimestamp or a requestObject.dryRun of a
+	// delete that is not a list of strings). Only that event is dropped, not its batch.
+	DropMalformed DropReason = "malformed"
 	// DropStage: the event is not at stage ResponseComplete (RequestReceived, ResponseStarted
 	// and Panic events prove no completed write).
 	DropStage DropReason = "stage"
@@ -34,7 +41,9 @@ const (
 	DropSubresource DropReason = "subresource"
 	// DropFailed: responseStatus.code is 300 or more, or absent.
 	DropFailed DropReason = "failed"
-	// DropDryRun: the request carried a dryRun query parameter; nothing was persisted.
+	// DropDryRun: nothing was persisted. The request carried a dryRun query parameter (any
+	// verb), or a delete or deletecollection carried a non-empty dryRun in its DeleteOptions
+	// body (requestObject.dryRun).
 	DropDryRun DropReason = "dry_run"
 	// DropNoop: an update whose response resourceVersion equals the one it sent: nothing changed.
 	DropNoop DropReason = "noop"
@@ -44,7 +53,7 @@ const (
 const ResultKept = "kept"
 
 // DropReasons lists every DropReason, for pre-initialising metrics and for tests.
-var DropReasons = []DropReason{DropStage, DropVerb, DropNoObject, DropSubresource, DropFailed, DropDryRun, DropNoop}
+var DropReasons = []DropReason{DropMalformed, DropStage, DropVerb, DropNoObject, DropSubresource, DropFailed, DropDryRun, DropNoop}
 
 // DecodeStats counts what Decode did with one EventList.
 type DecodeStats struct {
@@ -54,6 +63,17 @@ type DecodeStats struct {
 	Kept int
 	// Dropped counts the other events by reason; nil when none was dropped.
 	Dropped map[DropReason]int
+	// Malformed identifies the events dropped as DropMalformed, in list order; nil when none
+	// was. It never holds an event's content.
+	Malformed []MalformedEvent
+}
+
+// MalformedEvent identifies an event Decode could not decode, without its content.
+type MalformedEvent struct {
+	// Index is the event's position in the list's items.
+	Index int
+	// AuditID is the event's auditID when it could still be read, else "".
+	AuditID string
 }
 
 func (s *DecodeStats) drop(r DropReason) {
@@ -63,13 +83,26 @@ func (s *DecodeStats) drop(r DropReason) {
 	s.Dropped[r]++
 }
 
-// The wire types below name only the fields a Fact needs; encoding/json skips every other field
-// (requestObject, the objects' spec and status, annotations, ...) without materialising it.
+// The wire types below name only the fields a Fact needs; the decoder skips every other field
+// (the objects' spec and status, annotations, ...) without materialising it.
+//
+// They are decoded with sigs.k8s.io/json, case-sensitively: encoding/json would also match
+// "Metadata" or "METADATA" to a `json:"metadata"` field, so a custom resource with such a
+// top-level field (preserve-unknown-fields at the root) could fail its event or override the
+// real metadata. Every event is decoded on its own (items are kept raw), so an event that still
+// cannot be decoded is dropped as DropMalformed without failing the batch.
 
 type wireEventList struct {
-	Kind       string      `json:"kind"`
-	APIVersion string      `json:"apiVersion"`
-	Items      []wireEvent `json:"items"`
+	Kind       string            `json:"kind"`
+	APIVersion string            `json:"apiVersion"`
+	Items      []json.RawMessage `json:"items"`
+}
+
+// wireEventListDecoded is the whole list decoded in one pass (the fast path).
+type wireEventListDecoded struct {
+	Kind       string       `json:"kind"`
+	APIVersion string       `json:"apiVersion"`
+	Items      []*wireEvent `json:"items"`
 }
 
 type wireEvent struct {
@@ -81,8 +114,11 @@ type wireEvent struct {
 	ImpersonatedUser *wireUser      `json:"impersonatedUser"`
 	ObjectRef        *wireObjectRef `json:"objectRef"`
 	ResponseStatus   *wireStatus    `json:"responseStatus"`
-	ResponseObject   *wireResponse  `json:"responseObject"`
-	StageTimestamp   time.Time      `json:"stageTimestamp"`
+	// RequestObject is kept raw and read only for a delete or deletecollection (its
+	// DeleteOptions); for other verbs it is the written object or a patch, of any shape.
+	RequestObject  json.RawMessage `json:"requestObject"`
+	ResponseObject *wireResponse   `json:"responseObject"`
+	StageTimestamp time.Time       `json:"stageTimestamp"`
 }
 
 type wireUser struct {
@@ -111,15 +147,16 @@ type wireStatus struct {
 }
 
 // wireResponse is responseObject: an object (create, update, patch, a delete held by
-// finalizers, scale), a Status (an immediate delete) or a List (deletecollection).
+// finalizers, scale), a core v1 Status (an immediate delete) or a List (deletecollection).
 // details and items are kept raw: a custom resource may have top-level fields of those names
-// with any shape, which must not fail the batch; they are only read for a Status or a
+// with any shape, which must not fail the event; they are only read for a Status or a
 // deletecollection.
 type wireResponse struct {
-	Kind     string          `json:"kind"`
-	Metadata wireMeta        `json:"metadata"`
-	Details  json.RawMessage `json:"details"`
-	Items    json.RawMessage `json:"items"`
+	Kind       string          `json:"kind"`
+	APIVersion string          `json:"apiVersion"`
+	Metadata   wireMeta        `json:"metadata"`
+	Details    json.RawMessage `json:"details"`
+	Items      json.RawMessage `json:"items"`
 }
 
 type wireMeta struct {
@@ -141,13 +178,33 @@ type wireListItem struct {
 	} `json:"metadata"`
 }
 
+// wireDeleteOptions is the requestObject of a delete or deletecollection: the DeleteOptions,
+// which the apiserver records re-encoded (apiVersion meta.k8s.io/__internal). Server-side
+// dry-run of a delete (kubectl delete --dry-run=server, client-go DeleteOptions.DryRun) is
+// usually only there, not in the URI.
+type wireDeleteOptions struct {
+	DryRun []string `json:"dryRun"`
+}
+
+// wireAuditID reads only the auditID of an event that failed to decode, to name it in logs.
+type wireAuditID struct {
+	AuditID string `json:"auditID"`
+}
+
+// unmarshal is the one JSON decoder of this package: encoding/json semantics, but object keys
+// match field tags case-sensitively.
+func unmarshal(data []byte, v any) error {
+	return sigsjson.UnmarshalCaseSensitivePreserveInts(data, v)
+}
+
 // Decode reads one audit.k8s.io/v1 EventList, as the apiserver's audit webhook posts it, and
 // returns a Fact for every event that can explain a write to an object, in the order of the
 // list. route is the source cluster's route and is copied into every Fact.
 //
 // Events that cannot explain a write are dropped silently and counted in stats by reason (see
-// DropReason). A body that is not JSON, or not an audit.k8s.io/v1 EventList, is an error; then
-// no facts are returned.
+// DropReason); so is an event that cannot be decoded (DropMalformed, listed in
+// stats.Malformed). A body that is not JSON, or not an audit.k8s.io/v1 EventList, is an error;
+// then no facts are returned.
 func Decode(r io.Reader, route string) (facts []Fact, stats DecodeStats, err error) {
 	var buf bytes.Buffer
 	if l, ok := r.(interface{ Len() int }); ok {
@@ -161,30 +218,70 @@ func Decode(r io.Reader, route string) (facts []Fact, stats DecodeStats, err err
 
 // decodeBytes is Decode for a body already in memory.
 func decodeBytes(data []byte, route string) ([]Fact, DecodeStats, error) {
-	var list wireEventList
-	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, DecodeStats{}, fmt.Errorf("decoding audit event list: %w", shortJSONError(err))
+	// Fast path: the whole list in one pass. It fails when any one event cannot be decoded;
+	// then every event is decoded on its own, so that only that event is lost.
+	var whole wireEventListDecoded
+	if unmarshal(data, &whole) == nil && !slices.Contains(whole.Items, nil) {
+		if err := checkListKind(whole.Kind, whole.APIVersion); err != nil {
+			return nil, DecodeStats{}, err
+		}
+		return extractEach(len(whole.Items),
+			func(i int) (Fact, DropReason, bool) { return extract(whole.Items[i], route) },
+			func(i int) string { return whole.Items[i].AuditID })
 	}
-	return extractAll(&list, route)
+	var list wireEventList
+	if err := unmarshal(data, &list); err != nil {
+		return nil, DecodeStats{}, fmt.Errorf("decoding audit event list: %w", listError(data, err))
+	}
+	if err := checkListKind(list.Kind, list.APIVersion); err != nil {
+		return nil, DecodeStats{}, err
+	}
+	return extractEach(len(list.Items),
+		func(i int) (Fact, DropReason, bool) { return decodeEvent(list.Items[i], route) },
+		func(i int) string { return malformedAuditID(list.Items[i]) })
 }
 
-func extractAll(list *wireEventList, route string) ([]Fact, DecodeStats, error) {
-	if list.Kind != eventListKind || list.APIVersion != eventListAPIVersion {
-		return nil, DecodeStats{}, fmt.Errorf("unsupported body: kind %q apiVersion %q, want kind %q apiVersion %q",
-			truncate(list.Kind), truncate(list.APIVersion), eventListKind, eventListAPIVersion)
+func checkListKind(kind, apiVersion string) error {
+	if kind != eventListKind || apiVersion != eventListAPIVersion {
+		return fmt.Errorf("unsupported body: kind %q apiVersion %q, want kind %q apiVersion %q",
+			truncate(kind), truncate(apiVersion), eventListKind, eventListAPIVersion)
 	}
-	stats := DecodeStats{Events: len(list.Items)}
-	facts := make([]Fact, 0, len(list.Items))
-	for i := range list.Items {
-		f, reason, ok := extract(&list.Items[i], route)
+	return nil
+}
+
+// extractEach builds the facts of n events; event(i) decodes and filters the i-th, auditID(i)
+// names it when it is malformed.
+func extractEach(n int, event func(int) (Fact, DropReason, bool), auditID func(int) string) ([]Fact, DecodeStats, error) {
+	stats := DecodeStats{Events: n}
+	facts := make([]Fact, 0, n)
+	for i := range n {
+		f, reason, ok := event(i)
 		if !ok {
 			stats.drop(reason)
+			if reason == DropMalformed {
+				stats.Malformed = append(stats.Malformed, MalformedEvent{Index: i, AuditID: auditID(i)})
+			}
 			continue
 		}
 		facts = append(facts, f)
 	}
 	stats.Kept = len(facts)
 	return facts, stats, nil
+}
+
+// decodeEvent decodes one item of the list and passes it to extract. An item that does not
+// decode is DropMalformed: it costs that event, never the batch.
+func decodeEvent(raw json.RawMessage, route string) (Fact, DropReason, bool) {
+	// The list parsed, so raw is one valid JSON value, without leading space. Only an object is
+	// an event: null would decode into an empty event without error.
+	if len(raw) == 0 || raw[0] != '{' {
+		return Fact{}, DropMalformed, false
+	}
+	var ev wireEvent
+	if unmarshal(raw, &ev) != nil {
+		return Fact{}, DropMalformed, false
+	}
+	return extract(&ev, route)
 }
 
 // extract applies the filter to one event and builds its Fact.
@@ -209,8 +306,20 @@ func extract(ev *wireEvent, route string) (Fact, DropReason, bool) {
 	if ev.ResponseStatus == nil || ev.ResponseStatus.Code < 200 || ev.ResponseStatus.Code >= 300 {
 		return Fact{}, DropFailed, false
 	}
+	// A dry-run answers exactly like the real write. For a delete or deletecollection the
+	// recorded DeleteOptions are the effective options: the apiserver takes them from the body
+	// when there is one (ignoring the URI) and from the query otherwise. Other verbs, and a
+	// delete audited without its request (Metadata level: secrets), have only the URI.
 	query := requestQuery(ev.RequestURI)
-	if _, dry := query["dryRun"]; dry {
+	if isDelete(ev.Verb) && len(ev.RequestObject) > 0 && string(ev.RequestObject) != "null" {
+		var opts wireDeleteOptions
+		if unmarshal(ev.RequestObject, &opts) != nil {
+			return Fact{}, DropMalformed, false
+		}
+		if len(opts.DryRun) > 0 {
+			return Fact{}, DropDryRun, false
+		}
+	} else if _, dry := query["dryRun"]; dry {
 		return Fact{}, DropDryRun, false
 	}
 
@@ -248,10 +357,13 @@ func extract(ev *wireEvent, route string) (Fact, DropReason, bool) {
 		// The response is a List of the deleted objects; its resourceVersion is the list's,
 		// not a deletion's.
 		f.DeletedUIDs = listItemUIDs(resp.Items)
-	case resp.Kind == "Status":
-		// An immediate delete answers with a Status: details name the object, no resourceVersion.
+	case isDelete(ev.Verb) && resp.Kind == "Status" && resp.APIVersion == "v1":
+		// An immediate delete answers with the core v1 Status: details name the object, no
+		// resourceVersion. (A deletecollection answers a List, handled above.) Any other
+		// response whose kind is "Status" is an object like any other: a custom resource may
+		// be of kind Status in its own group.
 		var d wireStatusDetails
-		if len(resp.Details) > 0 && json.Unmarshal(resp.Details, &d) == nil {
+		if len(resp.Details) > 0 && unmarshal(resp.Details, &d) == nil {
 			f.UID = firstNonEmpty(d.UID, f.UID)
 			f.Name = firstNonEmpty(f.Name, d.Name)
 		}
@@ -289,7 +401,7 @@ func listItemUIDs(raw json.RawMessage) []string {
 		return nil
 	}
 	var items []wireListItem
-	if json.Unmarshal(raw, &items) != nil {
+	if unmarshal(raw, &items) != nil {
 		return nil
 	}
 	var uids []string
@@ -301,6 +413,21 @@ func listItemUIDs(raw json.RawMessage) []string {
 	return uids
 }
 
+// isDelete reports whether verb deletes: its requestObject is a DeleteOptions.
+func isDelete(verb string) bool {
+	return verb == "delete" || verb == "deletecollection"
+}
+
+// malformedAuditID returns the auditID of an event that failed to decode, when that field alone
+// still decodes; "" otherwise.
+func malformedAuditID(raw json.RawMessage) string {
+	var id wireAuditID
+	if len(raw) == 0 || raw[0] != '{' || unmarshal(raw, &id) != nil {
+		return ""
+	}
+	return truncate(id.AuditID)
+}
+
 func firstNonEmpty(a, b string) string {
 	if a != "" {
 		return a
@@ -308,25 +435,56 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
-// shortJSONError keeps the useful part of an encoding/json error: the client sees it in a 400,
-// so it names the offset or field but never echoes the body.
-func shortJSONError(err error) error {
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return fmt.Errorf("invalid JSON at offset %d: %s", syn.Offset, syn.Error())
+// listError explains why data did not decode as an EventList: the client sees it in a 400, so
+// it names the offset, or the field and the JSON type found, and never echoes the body (a
+// syntax error quotes at most one character).
+func listError(data []byte, err error) error {
+	if syn, off := sigsjson.SyntaxErrorOffset(err); syn {
+		return fmt.Errorf("invalid JSON at offset %d: %s", off, truncateTo(err.Error(), 160))
 	}
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return fmt.Errorf("field %q: cannot use a JSON %s (offset %d)", typ.Field, typ.Value, typ.Offset)
+	// Valid JSON of the wrong shape; look again, field by field (an error path, so the cost of
+	// a second decode does not matter).
+	var top map[string]json.RawMessage
+	if unmarshal(data, &top) != nil {
+		return fmt.Errorf("the body is a JSON %s, not an object", jsonType(data))
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return errors.New("truncated JSON")
+	for _, f := range []struct {
+		name string
+		want string
+	}{{"kind", "string"}, {"apiVersion", "string"}, {"items", "array"}} {
+		if v, ok := top[f.name]; ok {
+			if got := jsonType(v); got != f.want && got != "null" {
+				return fmt.Errorf("field %q: want a JSON %s, got a JSON %s", f.name, f.want, got)
+			}
+		}
 	}
-	return err
+	return errors.New("not an EventList") // not reached: those are the only fields decoded
 }
 
-func truncate(s string) string {
-	const max = 64
+// jsonType names the type of a valid JSON value.
+func jsonType(v []byte) string {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+func truncate(s string) string { return truncateTo(s, 64) }
+
+func truncateTo(s string, max int) string {
 	if len(s) > max {
 		return s[:max] + "..."
 	}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,13 +170,16 @@ func TestDecodeErrors(t *testing.T) {
 	}{
 		{name: "empty", body: ``, wantErr: "invalid JSON"},
 		{name: "truncated", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"verb":`, wantErr: "invalid JSON"},
-		{name: "not an object", body: `[1,2]`, wantErr: "cannot use a JSON array"},
+		{name: "not an object", body: `[1,2]`, wantErr: "the body is a JSON array, not an object"},
+		{name: "a string", body: `"EventList"`, wantErr: "the body is a JSON string, not an object"},
 		{name: "trailing garbage", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]} x`, wantErr: "invalid JSON"},
 		{name: "wrong kind", body: `{"kind":"Event","apiVersion":"audit.k8s.io/v1"}`, wantErr: `kind "Event"`},
 		{name: "wrong version", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1beta1","items":[]}`, wantErr: `apiVersion "audit.k8s.io/v1beta1"`},
 		{name: "no type", body: `{"items":[]}`, wantErr: "unsupported body"},
-		{name: "items not a list", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":{}}`, wantErr: `field "items"`},
-		{name: "bad timestamp", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"stageTimestamp":"yesterday"}]}`, wantErr: "decoding"},
+		{name: "items not a list", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":{}}`, wantErr: `field "items": want a JSON array, got a JSON object`},
+		{name: "kind not a string", body: `{"kind":7,"apiVersion":"audit.k8s.io/v1","items":[]}`, wantErr: `field "kind": want a JSON string, got a JSON number`},
+		{name: "invalid JSON inside an event", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"verb":"create",}]}`, wantErr: "invalid JSON at offset"},
+		{name: "upper-case keys are not the list's", body: `{"KIND":"EventList","ApiVersion":"audit.k8s.io/v1","items":[]}`, wantErr: "unsupported body"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,4 +195,216 @@ func TestDecodeEmptyList(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, facts)
 	require.Equal(t, DecodeStats{}, stats)
+}
+
+// eventList wraps raw events in an audit.k8s.io/v1 EventList.
+func eventList(events ...string) []byte {
+	return []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[` + strings.Join(events, ",") + `]}`)
+}
+
+// crEvent is a RequestResponse event on custom resource widgets.example.com (namespace team-a)
+// whose responseObject is given raw.
+func crEvent(auditID, verb, name, requestObject, responseObject string) string {
+	uri := "/apis/example.com/v1/namespaces/team-a/widgets"
+	if verb != "create" {
+		uri += "/" + name
+	}
+	return `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"` + auditID + `",
+		"stage":"ResponseComplete","requestURI":"` + uri + `","verb":"` + verb + `",
+		"user":{"username":"alice","groups":["system:authenticated"]},
+		"objectRef":{"resource":"widgets","namespace":"team-a","name":"` + name + `","apiGroup":"example.com","apiVersion":"v1"},
+		"responseStatus":{"metadata":{},"code":200},
+		"requestObject":` + requestObject + `,
+		"responseObject":` + responseObject + `,
+		"requestReceivedTimestamp":"2026-11-30T01:30:00.100000Z","stageTimestamp":"2026-11-30T01:30:00.123456Z"}`
+}
+
+// fixtureEvents returns the raw items of a captured fixture, each mutated by fn (when not nil).
+func fixtureEvents(t *testing.T, file string, fn func(ev map[string]any)) []string {
+	t.Helper()
+	var list struct {
+		Items []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal(fixture(t, filepath.Join("testdata", file)), &list))
+	out := make([]string, 0, len(list.Items))
+	for _, ev := range list.Items {
+		if fn != nil {
+			fn(ev)
+		}
+		b, err := json.Marshal(ev)
+		require.NoError(t, err)
+		out = append(out, string(b))
+	}
+	return out
+}
+
+func decodeBody(t *testing.T, body []byte) ([]Fact, DecodeStats) {
+	t.Helper()
+	facts, stats, err := Decode(bytes.NewReader(body), "local")
+	require.NoError(t, err)
+	require.Equal(t, stats.Events, stats.Kept+sumDropped(stats), "every event is kept or dropped")
+	require.Len(t, facts, stats.Kept)
+	return facts, stats
+}
+
+// setDryRun puts dryRun into the DeleteOptions of a delete or deletecollection event, as
+// kubectl delete --dry-run=server and client-go's DeleteOptions.DryRun send it: in the body,
+// not the URI.
+func setDryRun(value any) func(ev map[string]any) {
+	return func(ev map[string]any) {
+		if v := ev["verb"]; v != "delete" && v != "deletecollection" {
+			return
+		}
+		ev["requestObject"].(map[string]any)["dryRun"] = value
+	}
+}
+
+func TestDecodeDryRunDeleteBody(t *testing.T) {
+	t.Run("a server-side dry-run delete is dropped", func(t *testing.T) {
+		events := fixtureEvents(t, "delete.json", setDryRun([]string{"All"}))
+		require.Len(t, events, 1)
+		require.NotContains(t, field(mustMap(t, events[0]), "requestURI"), "dryRun", "the URI says nothing")
+		facts, stats := decodeBody(t, eventList(events...))
+		require.Empty(t, facts)
+		require.Equal(t, map[DropReason]int{DropDryRun: 1}, stats.Dropped)
+	})
+	t.Run("a dry run before the real delete does not take its credit", func(t *testing.T) {
+		dry := fixtureEvents(t, "delete.json", func(ev map[string]any) {
+			setDryRun([]string{"All"})(ev)
+			ev["auditID"] = "mallory-dry-run"
+			ev["user"] = map[string]any{"username": "mallory", "groups": []string{"system:authenticated"}}
+			ev["stageTimestamp"] = "2026-11-30T01:40:55.000000Z" // earlier than alice's
+		})
+		real := fixtureEvents(t, "delete.json", nil)
+		facts, stats := decodeBody(t, eventList(dry[0], real[0]))
+		require.Len(t, facts, 1)
+		require.Equal(t, "alice", facts[0].User.Username)
+		require.Equal(t, "delete", facts[0].Verb)
+		require.Equal(t, onlyFact(t, "create.json").UID, facts[0].UID)
+		require.Equal(t, map[DropReason]int{DropDryRun: 1}, stats.Dropped)
+	})
+	t.Run("a server-side dry-run deletecollection is dropped", func(t *testing.T) {
+		facts, stats := decodeBody(t, eventList(fixtureEvents(t, "deletecollection.json", setDryRun([]string{"All"}))...))
+		require.Len(t, facts, 2)
+		for _, f := range facts {
+			require.Equal(t, "create", f.Verb)
+		}
+		require.Equal(t, map[DropReason]int{DropDryRun: 1}, stats.Dropped)
+	})
+	t.Run("an empty or null dryRun is a real delete", func(t *testing.T) {
+		for _, v := range []any{[]string{}, nil} {
+			facts, stats := decodeBody(t, eventList(fixtureEvents(t, "delete.json", setDryRun(v))...))
+			require.Len(t, facts, 1, "dryRun %v", v)
+			require.Empty(t, stats.Dropped)
+		}
+	})
+	t.Run("for a delete the recorded options decide, not the URI", func(t *testing.T) {
+		// The apiserver takes a delete's options from its body when there is one and ignores
+		// the query; without a body it parses the query into the options it records. Either
+		// way the recorded DeleteOptions are the effective ones.
+		withURI := func(ev map[string]any) { ev["requestURI"] = field(ev, "requestURI") + "?dryRun=All" }
+		facts, stats := decodeBody(t, eventList(fixtureEvents(t, "delete.json", withURI)...))
+		require.Len(t, facts, 1, "a real delete with a body must not be dropped for its URI")
+		require.Empty(t, stats.Dropped)
+		facts, stats = decodeBody(t, eventList(fixtureEvents(t, "delete.json", func(ev map[string]any) {
+			withURI(ev)
+			setDryRun([]string{"All"})(ev)
+		})...))
+		require.Empty(t, facts)
+		require.Equal(t, map[DropReason]int{DropDryRun: 1}, stats.Dropped)
+	})
+	t.Run("a dryRun that is not a list of strings is malformed", func(t *testing.T) {
+		facts, stats := decodeBody(t, eventList(fixtureEvents(t, "delete.json", setDryRun("All"))...))
+		require.Empty(t, facts)
+		require.Equal(t, map[DropReason]int{DropMalformed: 1}, stats.Dropped)
+	})
+	t.Run("other verbs' request bodies are never read", func(t *testing.T) {
+		// A custom resource may have a top-level dryRun field of any shape; a create's or a
+		// patch's dry-run is only ever a query parameter. A JSON patch body is an array.
+		resp := `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1","namespace":"team-a","uid":"w-uid","resourceVersion":"5"}}`
+		facts, stats := decodeBody(t, eventList(
+			crEvent("c1", "create", "w1", `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1"},"dryRun":["All"]}`, resp),
+			crEvent("c2", "patch", "w1", `{"dryRun":"yes"}`, resp),
+			crEvent("c3", "patch", "w1", `[{"op":"replace","path":"/dryRun","value":1}]`, resp),
+		))
+		require.Len(t, facts, 3)
+		require.Empty(t, stats.Dropped)
+	})
+}
+
+func mustMap(t *testing.T, raw string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &m))
+	return m
+}
+
+func TestDecodeCaseSensitive(t *testing.T) {
+	t.Run("a custom resource's Metadata field is not metadata", func(t *testing.T) {
+		// Root fields of a custom resource with x-kubernetes-preserve-unknown-fields.
+		facts, stats := decodeBody(t, eventList(crEvent("cr-1", "patch", "w1", `{"Metadata":"x"}`,
+			`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1","namespace":"team-a","uid":"w-uid","resourceVersion":"7001"},"Metadata":"x","Kind":7,"ITEMS":{}}`)))
+		require.Empty(t, stats.Dropped)
+		require.Len(t, facts, 1)
+		require.Equal(t, "w-uid", facts[0].UID)
+		require.Equal(t, "7001", facts[0].ResourceVersion)
+	})
+	t.Run("an upper-case METADATA does not override metadata", func(t *testing.T) {
+		facts, _ := decodeBody(t, eventList(crEvent("cr-1", "patch", "w1", `{}`,
+			`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1","namespace":"team-a","uid":"w-uid","resourceVersion":"7001"},`+
+				`"METADATA":{"uid":"forged-uid","resourceVersion":"1","deletionTimestamp":"2026-01-01T00:00:00Z"},"Metadata":{"uid":"forged-too"}}`)))
+		require.Len(t, facts, 1)
+		require.Equal(t, "w-uid", facts[0].UID)
+		require.Equal(t, "7001", facts[0].ResourceVersion)
+		require.False(t, facts[0].Terminating)
+	})
+	t.Run("event fields match case-sensitively too", func(t *testing.T) {
+		ev := strings.Replace(crEvent("cr-1", "patch", "w1", `{}`,
+			`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"uid":"w-uid","resourceVersion":"1"}}`),
+			`"verb":"patch",`, `"verb":"patch","VERB":"get","User":{"username":"mallory"},`, 1)
+		facts, _ := decodeBody(t, eventList(ev))
+		require.Len(t, facts, 1)
+		require.Equal(t, "patch", facts[0].Verb)
+		require.Equal(t, "alice", facts[0].User.Username)
+	})
+}
+
+func TestDecodeMalformedEvent(t *testing.T) {
+	good := fixtureEvents(t, "update.json", nil)[0]
+	// metadata of the wrong type fails even a case-sensitive decode: it stands for any event
+	// the decoder cannot read.
+	poisoned := crEvent("poisoned-1", "patch", "w1", `{}`,
+		`{"apiVersion":"example.com/v1","kind":"Widget","metadata":"SECRET-CONTENT"}`)
+	badTime := strings.Replace(crEvent("bad-time", "patch", "w1", `{}`, `{"kind":"Widget","apiVersion":"example.com/v1","metadata":{}}`),
+		`"stageTimestamp":"2026-11-30T01:30:00.123456Z"`, `"stageTimestamp":"yesterday"`, 1)
+	body := eventList(poisoned, good, `null`, `7`, badTime, `{"auditID":["x"]}`)
+
+	facts, stats := decodeBody(t, body)
+	require.Len(t, facts, 1)
+	require.Equal(t, onlyFact(t, "update.json"), facts[0])
+	require.Equal(t, 6, stats.Events)
+	require.Equal(t, map[DropReason]int{DropMalformed: 5}, stats.Dropped)
+	require.Equal(t, []MalformedEvent{{Index: 0, AuditID: "poisoned-1"}, {Index: 2}, {Index: 3}, {Index: 4, AuditID: "bad-time"}, {Index: 5}}, stats.Malformed)
+}
+
+func TestDecodeCustomResourceKindStatus(t *testing.T) {
+	status := func(meta string) string {
+		return `{"apiVersion":"example.com/v1","kind":"Status","metadata":{` + meta + `},"details":{"uid":"not-this","name":"nor-this"},"spec":{}}`
+	}
+	// A custom resource named statuses.example.com, of kind Status.
+	event := func(auditID, verb, req, resp string) string {
+		return strings.ReplaceAll(crEvent(auditID, verb, "st", req, resp), "widgets", "statuses")
+	}
+	facts, stats := decodeBody(t, eventList(
+		event("s-create", "create", `{"apiVersion":"example.com/v1","kind":"Status","metadata":{"name":"st"}}`,
+			status(`"name":"st","namespace":"team-a","uid":"st-uid","resourceVersion":"11"`)),
+		// A delete held by a finalizer answers the object, which is of kind Status here.
+		event("s-delete", "delete", `{"kind":"DeleteOptions","apiVersion":"meta.k8s.io/__internal"}`,
+			status(`"name":"st","namespace":"team-a","uid":"st-uid","resourceVersion":"12","deletionTimestamp":"2026-11-30T01:30:00Z","finalizers":["example.com/hold"]`)),
+	))
+	require.Empty(t, stats.Dropped)
+	require.Equal(t, []factView{
+		{AuditID: "s-create", Verb: "create", User: "alice", Group: "example.com", Resource: "statuses", Namespace: "team-a", Name: "st", UID: "st-uid", RV: "11"},
+		{AuditID: "s-delete", Verb: "delete", User: "alice", Group: "example.com", Resource: "statuses", Namespace: "team-a", Name: "st", UID: "st-uid", RV: "12", Terminating: true},
+	}, []factView{viewOf(facts[0]), viewOf(facts[1])})
 }

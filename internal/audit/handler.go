@@ -167,6 +167,27 @@ func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.metrics.observeStats(stats)
+	if len(stats.Malformed) > 0 {
+		// Position and auditID only: the event's content may be anything a user wrote.
+		log.Debug("dropped malformed audit events", "count", len(stats.Malformed),
+			"events", malformedSummary(stats.Malformed, maxLoggedMalformed))
+	}
 	log.Debug("audit batch stored", "events", stats.Events, "facts", stats.Kept)
 	w.WriteHeader(http.StatusOK)
+}
+
+// maxLoggedMalformed bounds how many malformed events one log line names.
+const maxLoggedMalformed = 10
+
+// malformedSummary names up to max malformed events as "items[i]" or "items[i] auditID".
+func malformedSummary(evs []MalformedEvent, max int) []string {
+	out := make([]string, 0, min(len(evs), max))
+	for _, e := range evs[:min(len(evs), max)] {
+		s := "items[" + strconv.Itoa(e.Index) + "]"
+		if e.AuditID != "" {
+			s += " " + e.AuditID
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -310,3 +310,36 @@ func TestHandlerRealTLS(t *testing.T) {
 		require.Error(t, err)
 	})
 }
+
+// TestHandlerMalformedEvent: one event the decoder cannot read costs that event, not the batch.
+func TestHandlerMalformedEvent(t *testing.T) {
+	h := newTestHandler(t, nil)
+	good := fixtureEvents(t, "update.json", nil)[0]
+	poisoned := crEvent("poisoned-1", "patch", "w1", `{"Metadata":"SECRET-CONTENT"}`,
+		`{"apiVersion":"example.com/v1","kind":"Widget","metadata":"SECRET-CONTENT","Metadata":"SECRET-CONTENT"}`)
+	req := httptest.NewRequest(http.MethodPost, "/audit/local", bytes.NewReader(eventList(poisoned, good)))
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, [][]Fact{{onlyFact(t, "update.json")}}, h.store.stored())
+	require.Equal(t, 1.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(ResultKept)))
+	require.Equal(t, 1.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(string(DropMalformed))))
+	logs := h.logs.String()
+	require.Contains(t, logs, "dropped malformed audit events")
+	require.Contains(t, logs, "items[0] poisoned-1")
+	require.NotContains(t, logs, "SECRET-CONTENT", "an event's content is never logged")
+}
+
+func TestMalformedSummary(t *testing.T) {
+	evs := make([]MalformedEvent, 12)
+	for i := range evs {
+		evs[i] = MalformedEvent{Index: i}
+	}
+	evs[1].AuditID = "a1"
+	got := malformedSummary(evs, maxLoggedMalformed)
+	require.Len(t, got, maxLoggedMalformed)
+	require.Equal(t, []string{"items[0]", "items[1] a1"}, got[:2])
+	require.Empty(t, malformedSummary(nil, maxLoggedMalformed))
+}
