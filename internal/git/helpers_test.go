@@ -156,6 +156,16 @@ type testWorker struct {
 	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan error
+
+	failMu sync.Mutex
+	fails  []error // OnFailed calls
+}
+
+// failures returns the errors OnFailed received.
+func (tw *testWorker) failures() []error {
+	tw.failMu.Lock()
+	defer tw.failMu.Unlock()
+	return append([]error(nil), tw.fails...)
 }
 
 func testOptions(url string) Options {
@@ -172,24 +182,43 @@ func testOptions(url string) Options {
 // startWorker creates and runs a worker; stop it with tw.stop (or at cleanup).
 func startWorker(t testing.TB, opts Options) *testWorker {
 	t.Helper()
+	tw := newTestWorker(t, opts)
+	tw.start(t)
+	return tw
+}
+
+// newTestWorker creates a worker without running it, so that a test can set its seams (which the
+// Run goroutine reads) and submit changes before it runs; run it with tw.start.
+func newTestWorker(t testing.TB, opts Options) *testWorker {
+	t.Helper()
 	tw := &testWorker{pushes: &pushLog{}, logs: &syncBuffer{}, done: make(chan error, 1)}
 	opts.OnPushed = tw.pushes.record
+	opts.OnFailed = func(err error) {
+		tw.failMu.Lock()
+		defer tw.failMu.Unlock()
+		tw.fails = append(tw.fails, err)
+	}
 	opts.Logger = slog.New(slog.NewTextHandler(tw.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w, err := NewWorker(opts)
 	require.NoError(t, err)
 	w.backoff = func(int) time.Duration { return 20 * time.Millisecond }
 	w.finalTimeout = 10 * time.Second
 	tw.Worker = w
+	return tw
+}
+
+// start runs the worker; stop it with tw.stop (or at cleanup).
+func (tw *testWorker) start(t testing.TB) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tw.cancel = cancel
-	go func() { tw.done <- w.Run(ctx) }()
+	go func() { tw.done <- tw.Run(ctx) }()
 	t.Cleanup(func() {
 		_ = tw.stop(t)
 		if t.Failed() {
 			t.Logf("worker logs:\n%s", tw.logs.String())
 		}
 	})
-	return tw
 }
 
 // stop cancels Run and returns its error; later calls return nil.

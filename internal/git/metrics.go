@@ -10,7 +10,7 @@ import (
 // Push results, the values of kubescribe_git_push_total's "result" label.
 const (
 	pushResultSuccess  = "success"
-	pushResultRejected = "rejected" // non-fast-forward: the remote moved, pending commits are rebuilt
+	pushResultRejected = "rejected" // the remote moved (or was rewound): pending commits are rebuilt
 	pushResultError    = "error"
 )
 
@@ -21,6 +21,7 @@ type Metrics struct {
 	pushes       *prometheus.CounterVec
 	pushDuration prometheus.Histogram
 	pending      prometheus.Gauge
+	dropped      prometheus.Counter
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -33,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		pushes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_git_push_total",
-			Help: "Push attempts by result: success, rejected (non-fast-forward, rebuilt and retried) or error.",
+			Help: "Push attempts by result: success, rejected (the remote moved; rebuilt and retried) or error.",
 		}, []string{"result"}),
 		pushDuration: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kubescribe_git_push_duration_seconds",
@@ -43,6 +44,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		pending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kubescribe_git_pending_changes",
 			Help: "Changes submitted to the git workers and not yet pushed.",
+		}),
+		dropped: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_dropped_changes_total",
+			Help: "Changes submitted to a git worker after its shutdown began; they are never committed.",
 		}),
 	}
 	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
@@ -67,5 +72,11 @@ func (m *Metrics) pushed(result string, d time.Duration) {
 func (m *Metrics) addPending(n int) {
 	if m != nil && n != 0 {
 		m.pending.Add(float64(n))
+	}
+}
+
+func (m *Metrics) changeDropped() {
+	if m != nil {
+		m.dropped.Inc()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
@@ -67,6 +68,7 @@ func (w *Worker) open(ctx context.Context) error {
 	}
 	w.repo = repo
 	w.remoteTip = tip
+	w.remoteGone = false
 	w.stale = true
 	w.failures, w.retryAt = 0, time.Time{}
 	w.setError(nil)
@@ -75,9 +77,15 @@ func (w *Worker) open(ctx context.Context) error {
 	return nil
 }
 
-// refetch fetches the branch after a failed push. It reports whether the local state changed
-// so that pushing again makes sense: either the remote moved to a foreign commit (the plans are
-// then marked stale, to be rebuilt on it) or the remote already holds some of our commits.
+// refetch fetches the branch after a failed push. It reports whether the local state changed so
+// that pushing again at once makes sense:
+//
+//   - the new remote tip's history holds some of our pending commits (an earlier push landed
+//     although it reported an error): they are delivered, as after a successful push. If the
+//     remote moved on past them, the remaining plans are marked stale, to be rebuilt on its tip;
+//   - the remote moved to foreign commits, or was rewound or rewritten by a force-push: the plans
+//     are marked stale, to be rebuilt on its tip;
+//   - the remote branch was deleted: the next push creates it again.
 func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
@@ -101,18 +109,37 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		}
 		tip = ref.Hash()
 	case isMissingBranch(err):
-		return false, nil // the branch is gone: the push creates it again
+		if w.remoteGone || w.remoteTip.IsZero() {
+			return false, nil
+		}
+		w.remoteGone = true
+		w.log.Warn("remote branch was deleted; the next push creates it again",
+			"old_tip", w.remoteTip.String())
+		return true, nil
 	default:
 		return false, err
 	}
+	w.remoteGone = false
 	if tip == w.remoteTip {
 		return false, nil
 	}
-	for i, p := range w.plans {
-		if p.sha == tip {
-			// An earlier push landed although it reported an error.
-			w.delivered(i + 1)
-			return true, nil
+	old := w.remoteTip
+	newest, reachedOld, exhausted := w.scanForPlans(tip, old)
+	if newest >= 0 {
+		w.log.Info("an earlier push reached the remote although it reported an error",
+			"commits", newest+1, "remote_tip", tip.String())
+		w.delivered(newest + 1)
+		if tip == w.remoteTip {
+			return true, nil // the remaining plans sit on the remote tip already
+		}
+	} else if !reachedOld && !old.IsZero() {
+		switch {
+		case w.reaches(old, tip, rewindScanLimit):
+			w.log.Warn("remote branch was rewound to an older commit (force-push); rebuilding unpushed commits on it",
+				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
+		case exhausted:
+			w.log.Warn("remote branch history was replaced (force-push); rebuilding unpushed commits on its tip",
+				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
 		}
 	}
 	w.remoteTip = tip
@@ -120,7 +147,82 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// pushOnce pushes the local branch; never forced.
+// scanForPlans looks for pending plans in the history of the remote tip, newest first, without
+// walking past stop (the remote tip as last known) and over at most len(plans)+historyScanSlack
+// commits. It returns the index of the newest plan found (-1 for none), whether it met stop,
+// and whether it saw the whole history it had to look at (no limit was hit).
+func (w *Worker) scanForPlans(tip, stop plumbing.Hash) (newest int, reachedStop, exhausted bool) {
+	index := make(map[plumbing.Hash]int, len(w.plans))
+	for i, p := range w.plans {
+		if !p.sha.IsZero() {
+			index[p.sha] = i
+		}
+	}
+	newest = -1
+	exhausted = w.walkHistory(tip, len(w.plans)+historyScanSlack, func(h plumbing.Hash) bool {
+		if i, ok := index[h]; ok {
+			// Older plans are its ancestors: no need to look behind it.
+			newest = max(newest, i)
+			return false
+		}
+		if h == stop {
+			reachedStop = true
+			return false
+		}
+		return true
+	})
+	return newest, reachedStop, exhausted
+}
+
+// reaches reports whether target is in the history of from, looking at most at limit commits.
+func (w *Worker) reaches(from, target plumbing.Hash, limit int) bool {
+	found := false
+	w.walkHistory(from, limit, func(h plumbing.Hash) bool {
+		if h == target {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// walkHistory visits the commits reachable from tip breadth first over all parents, each once,
+// at most limit of them; visit returns whether to walk on into a commit's parents. Commits
+// missing from the local store end their path. It reports whether the walk ended by itself
+// rather than at the limit.
+func (w *Worker) walkHistory(tip plumbing.Hash, limit int, visit func(plumbing.Hash) bool) bool {
+	if tip.IsZero() {
+		return true
+	}
+	seen := map[plumbing.Hash]bool{tip: true}
+	queue := []plumbing.Hash{tip}
+	for n := 0; len(queue) > 0; n++ {
+		if n >= limit {
+			return false
+		}
+		h := queue[0]
+		queue = queue[1:]
+		if !visit(h) {
+			continue
+		}
+		c, err := object.GetCommit(w.repo.Storer, h)
+		if err != nil {
+			continue
+		}
+		for _, p := range c.ParentHashes {
+			if !seen[p] {
+				seen[p] = true
+				queue = append(queue, p)
+			}
+		}
+	}
+	return true
+}
+
+// pushOnce pushes the local branch; never forced. Unless the branch is to be created, the push
+// requires the remote branch to be where it was last seen (remoteTip): a remote that was rewound
+// meanwhile would otherwise accept our commits as a fast-forward and get back the commits it
+// dropped. A refused push is followed by a fetch, like a non-fast-forward.
 func (w *Worker) pushOnce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
@@ -128,12 +230,16 @@ func (w *Worker) pushOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return remote.PushContext(ctx, &gogit.PushOptions{
+	opts := &gogit.PushOptions{
 		RemoteName: remoteName,
 		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", w.branch, w.branch))},
 		Auth:       w.auth,
 		CABundle:   w.opts.Credentials.CABundle,
-	})
+	}
+	if !w.remoteTip.IsZero() && !w.remoteGone {
+		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", w.remoteTip, w.branch))}
+	}
+	return remote.PushContext(ctx, opts)
 }
 
 // redactedError carries a message with the credentials removed. It deliberately does not

@@ -39,9 +39,11 @@ type Status struct {
 	// LastPush is when the last successful push finished (Options.Now clock).
 	LastPush time.Time
 	// LastError is the last clone, fetch, commit or push error; nil after a successful push.
-	// It never contains the credentials.
+	// An operation cut short by the end of Run's context is no error. It never contains the
+	// credentials.
 	LastError error
-	// Pending counts submitted changes that are not on the remote yet.
+	// Pending counts submitted changes that are not on the remote yet. After Run returned, it is
+	// the number of changes Run did not push.
 	Pending int
 }
 
@@ -50,6 +52,12 @@ const (
 	// maxRebaseRounds bounds how often one push cycle rebuilds on a moving remote before it
 	// backs off.
 	maxRebaseRounds = 3
+	// historyScanSlack is how many commits, beyond the pending ones, refetch inspects in the
+	// history of a new remote tip to find pending commits that an earlier push delivered.
+	historyScanSlack = 300
+	// rewindScanLimit bounds the search for a new remote tip in the old remote tip's history,
+	// which tells a rewound branch from one that moved on.
+	rewindScanLimit = 1000
 	// defaultOpTimeout bounds one clone, fetch or push.
 	defaultOpTimeout = 2 * time.Minute
 	// defaultFinalTimeout bounds the last push attempt when Run's context ends.
@@ -101,23 +109,32 @@ type Worker struct {
 	backoff      func(attempt int) time.Duration
 	opTimeout    time.Duration
 	finalTimeout time.Duration
+	pushFn       func(ctx context.Context) error // pushes the local branch; pushOnce
 
 	running atomic.Bool
 	wake    chan struct{}
 
-	mu     sync.Mutex
-	queue  []submission
-	status Status
+	mu       sync.Mutex
+	queue    []submission
+	status   Status
+	stopping bool // shutdown began: the final commit is made, later submissions are not committed
+	stopped  bool // Run returned: submissions are no longer queued
 
 	// Owned by the Run goroutine.
 	repo      *gogit.Repository // nil until the first clone succeeded
 	remoteTip plumbing.Hash     // remote branch as last seen; parent of the first unpushed commit
 	localTip  plumbing.Hash     // newest local commit
 	stale     bool              // plans must be rebuilt on remoteTip before pushing
-	win       *window
-	plans     []*plan // closed windows not yet pushed, oldest first
-	failures  int
-	retryAt   time.Time // real clock; zero = now
+	// remoteGone is set when a fetch found the remote branch deleted: the next push creates it
+	// again, without requiring the remote branch to be at remoteTip.
+	remoteGone bool
+	// final is set for the last push attempt of shutdown; before it, a remote operation failing
+	// because Run's context ended is an interruption, not a failure.
+	final    bool
+	win      *window
+	plans    []*plan // closed windows not yet pushed, oldest first
+	failures int
+	retryAt  time.Time // real clock; zero = now
 }
 
 // NewWorker validates opts and returns a worker; nothing touches the remote before Run.
@@ -134,6 +151,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		finalTimeout: defaultFinalTimeout,
 		wake:         make(chan struct{}, 1),
 	}
+	w.pushFn = w.pushOnce
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
 	if isHTTP(opts.URL) && !opts.Credentials.empty() {
 		w.auth = opts.Credentials.basicAuth()
@@ -144,13 +162,34 @@ func NewWorker(opts Options) (*Worker, error) {
 	return w, nil
 }
 
-// Submit queues a change for the GitTarget folder targetPath. It never blocks and never drops:
-// the queue is unbounded.
+// Submit queues a change for the GitTarget folder targetPath. It never blocks, and while Run
+// runs it never drops: the queue is unbounded.
+//
+// Once Run's context has ended, the worker makes its final commit of what it received until
+// then; a change submitted later is not committed. It is logged as an error (its identity, never
+// its content) and counted in kubescribe_git_dropped_changes_total. While Run is still
+// returning, it also counts among the changes Run reports as not pushed; after Run returned, it
+// is not queued at all.
 func (w *Worker) Submit(targetPath string, c attribution.AttributedChange) {
 	w.mu.Lock()
-	w.queue = append(w.queue, submission{targetPath: targetPath, change: c})
-	w.status.Pending++
+	stopping, stopped := w.stopping, w.stopped
+	if !stopped {
+		w.queue = append(w.queue, submission{targetPath: targetPath, change: c})
+		w.status.Pending++
+	}
 	w.mu.Unlock()
+	if stopping {
+		w.opts.Metrics.changeDropped()
+		msg := "change submitted to a stopping git worker; it is not committed"
+		if stopped {
+			msg = "change submitted to a stopped git worker; it is dropped"
+		}
+		w.log.Error(msg, "target", c.Target.String(), "resource", c.GVR.Resource,
+			"namespace", c.Namespace, "name", c.Name, "op", c.Op)
+	}
+	if stopped {
+		return
+	}
 	w.opts.Metrics.addPending(1)
 	select {
 	case w.wake <- struct{}{}:
@@ -212,8 +251,18 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
+// shutdown commits everything submitted so far, makes the last bounded push attempt and reports
+// what it could not push.
 func (w *Worker) shutdown(ctx context.Context) error {
-	w.drain()
+	w.final = true
+	// Taking the queue and marking the worker stopping at once: every change either makes the
+	// final commit or is reported by Submit as not committed.
+	w.mu.Lock()
+	w.stopping = true
+	q := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	w.acceptAll(q)
 	if w.win != nil {
 		w.closeWindow()
 	}
@@ -221,16 +270,37 @@ func (w *Worker) shutdown(ctx context.Context) error {
 	defer cancel()
 	w.retryAt = time.Time{}
 	w.sync(fctx)
-	st := w.Status()
-	w.log.Info("git worker stopped", "pending", st.Pending)
-	if st.Pending == 0 {
+
+	// Drain once more: what arrived during the final push is not pushed, and is counted so.
+	w.mu.Lock()
+	w.stopped = true
+	late := len(w.queue)
+	w.queue = nil
+	pending := w.status.Pending
+	lastErr := w.status.LastError
+	w.mu.Unlock()
+	// Nothing of this worker is pending any more for the shared gauge: Run does not push it.
+	w.opts.Metrics.addPending(-pending)
+	if pending == 0 {
+		w.log.Info("git worker stopped", "pending", 0)
 		return nil
 	}
-	cause := st.LastError
-	if cause == nil {
-		cause = errors.New("no push attempt succeeded")
+	msg := fmt.Sprintf("git: %d changes not pushed to branch %q", pending, w.opts.Branch)
+	if late > 0 {
+		msg += fmt.Sprintf(" (%d of them submitted after shutdown began)", late)
 	}
-	return fmt.Errorf("git: %d changes not pushed to branch %q: %w", st.Pending, w.opts.Branch, cause)
+	var err error
+	if pending > late {
+		cause := lastErr
+		if cause == nil {
+			cause = errors.New("no push attempt succeeded")
+		}
+		err = fmt.Errorf("%s: %w", msg, cause)
+	} else {
+		err = errors.New(msg)
+	}
+	w.log.Warn("git worker stopped with changes not pushed", "pending", pending, "late", late, "err", err)
+	return err
 }
 
 // drain moves queued submissions into commit windows.
@@ -239,6 +309,10 @@ func (w *Worker) drain() {
 	q := w.queue
 	w.queue = nil
 	w.mu.Unlock()
+	w.acceptAll(q)
+}
+
+func (w *Worker) acceptAll(q []submission) {
 	for _, s := range q {
 		w.accept(s)
 	}
@@ -358,13 +432,13 @@ func (w *Worker) sync(ctx context.Context) {
 	}
 	if w.repo == nil {
 		if err := w.open(ctx); err != nil {
-			w.failed("clone", err)
+			w.failed(ctx, "clone", err)
 			return
 		}
 	}
 	if w.stale {
 		if err := w.rebuild(); err != nil {
-			w.failed("rebuild", err)
+			w.failed(ctx, "rebuild", err)
 			return
 		}
 	}
@@ -376,44 +450,64 @@ func (w *Worker) sync(ctx context.Context) {
 // push pushes the unpushed commits; on a non-fast-forward it fetches, rebuilds them on the new
 // remote tip and tries again.
 func (w *Worker) push(ctx context.Context) {
-	for round := 1; ; round++ {
+	rebuilds := 0
+	for len(w.plans) > 0 {
 		start := time.Now()
-		err := w.pushOnce(ctx)
+		err := w.pushFn(ctx)
 		if err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 			w.opts.Metrics.pushed(pushResultSuccess, time.Since(start))
 			w.delivered(len(w.plans))
 			return
 		}
-		moved, ferr := w.refetch(ctx)
-		if ferr != nil || !moved {
-			w.opts.Metrics.pushed(pushResultError, time.Since(start))
+		if w.interrupted(ctx) {
+			w.log.Info("push interrupted by shutdown; the final push attempt follows", "err", w.redact(err))
+			return
+		}
+		changed, ferr := w.refetch(ctx)
+		if ferr != nil || !changed {
 			if ferr != nil {
 				err = errors.Join(err, fmt.Errorf("fetch: %w", ferr))
 			}
-			w.failed("push", err)
-			return
-		}
-		w.opts.Metrics.pushed(pushResultRejected, time.Since(start))
-		if len(w.plans) == 0 {
-			return // refetch found everything delivered
-		}
-		if w.stale {
-			w.log.Info("remote branch moved; rebuilding unpushed commits on its tip",
-				"remote_tip", w.remoteTip.String(), "commits", len(w.plans))
-			if err := w.rebuild(); err != nil {
-				w.failed("rebuild", err)
+			if w.interrupted(ctx) {
+				w.log.Info("push interrupted by shutdown; the final push attempt follows", "err", w.redact(err))
 				return
 			}
-		}
-		if len(w.plans) == 0 {
-			w.failures, w.retryAt = 0, time.Time{}
+			w.opts.Metrics.pushed(pushResultError, time.Since(start))
+			w.failed(ctx, "push", err)
 			return
 		}
-		if round >= maxRebaseRounds {
-			w.failed("push", fmt.Errorf("remote branch kept moving: %w", err))
+		if !w.stale {
+			// The remote already holds some of our commits (an earlier push landed although it
+			// reported an error), or it lost the branch and the next push creates it again: push
+			// at once. This is no rebuild and does not count against maxRebaseRounds; each such
+			// round delivers commits or, once, drops the requirement on the deleted branch, so
+			// the loop ends.
+			w.opts.Metrics.pushed(pushResultError, time.Since(start))
+			continue
+		}
+		w.opts.Metrics.pushed(pushResultRejected, time.Since(start))
+		if len(w.plans) > 0 {
+			w.log.Info("remote branch moved; rebuilding unpushed commits on its tip",
+				"remote_tip", w.remoteTip.String(), "commits", len(w.plans))
+		}
+		if err := w.rebuild(); err != nil {
+			w.failed(ctx, "rebuild", err)
+			return
+		}
+		rebuilds++
+		if len(w.plans) > 0 && rebuilds >= maxRebaseRounds {
+			w.failed(ctx, "push", fmt.Errorf("remote branch kept moving: %w", err))
 			return
 		}
 	}
+	w.failures, w.retryAt = 0, time.Time{}
+}
+
+// interrupted reports whether a remote operation run with ctx was cut short by the end of Run's
+// context (shutdown) rather than failing: its error is then no failure to report. The final push
+// attempt runs on its own context; its failures, including its timeout, are real.
+func (w *Worker) interrupted(ctx context.Context) bool {
+	return !w.final && ctx.Err() != nil
 }
 
 // delivered records that the first n plans are on the remote.
@@ -422,6 +516,7 @@ func (w *Worker) delivered(n int) {
 	w.plans = append([]*plan(nil), w.plans[n:]...)
 	if n > 0 {
 		w.remoteTip = done[n-1].sha
+		w.remoteGone = false
 	}
 	w.failures, w.retryAt = 0, time.Time{}
 	res := PushResult{Commits: make([]CommitInfo, 0, n)}
@@ -441,9 +536,15 @@ func (w *Worker) delivered(n int) {
 	}
 }
 
-// failed records err and schedules the next attempt with exponential backoff.
-func (w *Worker) failed(what string, err error) {
+// failed records err and schedules the next attempt with exponential backoff. An operation
+// interrupted by shutdown (see interrupted) is only logged: it is neither LastError nor reported
+// to OnFailed, and the final push attempt follows.
+func (w *Worker) failed(ctx context.Context, what string, err error) {
 	err = w.redact(fmt.Errorf("%s: %w", what, err))
+	if w.interrupted(ctx) {
+		w.log.Info("git remote operation interrupted by shutdown", "err", err)
+		return
+	}
 	w.failures++
 	d := w.backoff(w.failures)
 	w.retryAt = time.Now().Add(d)
