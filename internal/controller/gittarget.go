@@ -139,6 +139,17 @@ func (c *Controller) ensureWorkerLocked(k workerKey, state providerState) (*runn
 		if reflect.DeepEqual(old.state, state) {
 			return old, nil
 		}
+		// Rotated credentials are taken in place, so the worker keeps what it holds, including
+		// commits the old credentials could not push. Other settings need a new worker.
+		withOldCreds := state
+		withOldCreds.creds = old.state.creds
+		if reflect.DeepEqual(old.state, withOldCreds) {
+			if err := old.worker.SetCredentials(state.creds); err != nil {
+				return nil, err
+			}
+			old.state = state
+			return old, nil
+		}
 		c.stopWorkerLocked(old)
 	}
 	if c.workerCtx == nil {

@@ -205,8 +205,8 @@ func TestSyncTargetSharesBranchWorkers(t *testing.T) {
 	require.Equal(t, "apps/web", web.path)
 	require.Equal(t, "apps/db", db.path)
 
-	// The token is rotated: the provider's state changes, and the next target sync on the
-	// branch starts a worker with the new credentials for both targets at once.
+	// The token is rotated: the running worker takes the new credentials in place, keeping
+	// what it holds; both targets stay on it.
 	s, err := f.kube.CoreV1().Secrets(testNS).Get(context.Background(), "creds", metav1.GetOptions{})
 	require.NoError(t, err)
 	s.Data["password"] = []byte(testPassword + "-rotated")
@@ -216,9 +216,27 @@ func TestSyncTargetSharesBranchWorkers(t *testing.T) {
 	require.NoError(t, f.syncTarget("web"))
 	web2, _ := f.route("web")
 	db2, _ := f.route("db")
-	require.NotSame(t, web.worker, web2.worker)
-	require.Same(t, web2.worker, db2.worker, "the other target on the branch moves to the new worker")
+	require.Same(t, web.worker, web2.worker, "a credentials rotation keeps the worker")
+	require.Same(t, web2.worker, db2.worker)
 	require.Equal(t, testPassword+"-rotated", web2.worker.state.creds.Password)
+
+	// Another commit window needs a new worker: the next target sync on the branch starts it
+	// for both targets at once.
+	p := f.provider("git")
+	p.Spec.CommitWindow = &metav1.Duration{Duration: 30 * time.Millisecond}
+	_, err = f.dyn.Resource(v1alpha1.GitProvidersResource).Namespace(testNS).Update(context.Background(), toUnstructured(t, &p), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the controller reads its informer cache
+		var cached v1alpha1.GitProvider
+		ok, err := f.c.get(kindProvider, nn("git"), &cached)
+		return err == nil && ok && cached.GetCommitWindow() == 30*time.Millisecond
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	web3, _ := f.route("web")
+	db3, _ := f.route("db")
+	require.NotSame(t, web2.worker, web3.worker)
+	require.Same(t, web3.worker, db3.worker, "the other target on the branch moves to the new worker")
 	f.c.mu.RLock()
 	require.Len(t, f.c.workers, 2)
 	f.c.mu.RUnlock()

@@ -114,3 +114,28 @@ func TestRedact(t *testing.T) {
 	clean := fmt.Errorf("push: %w", errors.ErrUnsupported)
 	require.Same(t, clean, w.redact(clean), "errors without the secret keep their chain")
 }
+
+// Rotating the credentials of a running worker keeps what it holds: the change that could not
+// be pushed with the revoked token is pushed with the new one, and neither token is ever shown.
+func TestSetCredentialsKeepsPendingChanges(t *testing.T) {
+	const user, oldPassword, newPassword = "robot", "revoked-token-value", "fresh-token-value"
+	gitDir, url, ca := newHTTPSRemote(t, user, newPassword)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.Credentials = Credentials{Username: user, Password: oldPassword, CABundle: ca}
+	tw := startWorker(t, opts)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "cfg", "1")))
+	require.Eventually(t, func() bool { return tw.Status().LastError != nil }, 10*time.Second, 10*time.Millisecond)
+
+	require.Error(t, tw.SetCredentials(Credentials{Username: user, Password: newPassword, CABundle: []byte("not PEM")}))
+	require.NoError(t, tw.SetCredentials(Credentials{Username: user, Password: newPassword, CABundle: ca}))
+	tw.waitPushed(t)
+	require.NoError(t, tw.stop(t))
+	require.Equal(t, []string{"alice|create configmaps demo/cfg"}, gitLog(t, gitDir, "main", "%an|%s"))
+	logs := tw.logs.String()
+	require.NotContains(t, logs, oldPassword)
+	require.NotContains(t, logs, newPassword)
+	for _, err := range tw.failures() {
+		require.NotContains(t, err.Error(), oldPassword)
+	}
+}

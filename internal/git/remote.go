@@ -2,6 +2,7 @@ package git
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -33,14 +34,15 @@ func isMissingBranch(err error) bool {
 func (w *Worker) open(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
+	auth, ca := w.remoteAuth()
 	repo, err := gogit.CloneContext(ctx, memory.NewStorage(), nil, &gogit.CloneOptions{
 		URL:           w.opts.URL,
-		Auth:          w.auth,
+		Auth:          auth,
 		RemoteName:    remoteName,
 		ReferenceName: w.branch,
 		SingleBranch:  true,
 		Tags:          gogit.NoTags,
-		CABundle:      w.opts.Credentials.CABundle,
+		CABundle:      ca,
 	})
 	var tip plumbing.Hash
 	switch {
@@ -93,12 +95,13 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	auth, ca := w.remoteAuth()
 	err = remote.FetchContext(ctx, &gogit.FetchOptions{
 		RemoteName: remoteName,
 		RefSpecs:   []config.RefSpec{w.fetchRefSpec()},
-		Auth:       w.auth,
+		Auth:       auth,
 		Tags:       gogit.NoTags,
-		CABundle:   w.opts.Credentials.CABundle,
+		CABundle:   ca,
 	})
 	var tip plumbing.Hash
 	switch {
@@ -230,11 +233,12 @@ func (w *Worker) pushOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	auth, ca := w.remoteAuth()
 	opts := &gogit.PushOptions{
 		RemoteName: remoteName,
 		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", w.branch, w.branch))},
-		Auth:       w.auth,
-		CABundle:   w.opts.Credentials.CABundle,
+		Auth:       auth,
+		CABundle:   ca,
 	}
 	if !w.remoteTip.IsZero() && !w.remoteGone {
 		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", w.remoteTip, w.branch))}
@@ -248,8 +252,45 @@ type redactedError struct{ msg string }
 
 func (e *redactedError) Error() string { return e.msg }
 
-// redact removes the worker's password from err's message (see Credentials.redact).
-func (w *Worker) redact(err error) error { return w.opts.Credentials.redact(err) }
+// redact removes the worker's passwords, current and retired, from err's message (see
+// Credentials.redact).
+func (w *Worker) redact(err error) error {
+	w.credsMu.RLock()
+	defer w.credsMu.RUnlock()
+	err = w.creds.redact(err)
+	for _, pw := range w.retired {
+		err = Credentials{Password: pw}.redact(err)
+	}
+	return err
+}
+
+// remoteAuth returns the authentication and CA bundle for the next remote operation.
+func (w *Worker) remoteAuth() (transport.AuthMethod, []byte) {
+	w.credsMu.RLock()
+	defer w.credsMu.RUnlock()
+	return w.auth, w.creds.CABundle
+}
+
+// SetCredentials replaces the credentials of a running worker; the next clone, fetch or push
+// uses them. Rotating a token this way keeps everything the worker holds, including commits
+// that failed to push with the old one. The credentials are validated as NewWorker does.
+func (w *Worker) SetCredentials(c Credentials) error {
+	if len(c.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(c.CABundle) {
+		return errors.New("git: Credentials.CABundle holds no PEM certificate")
+	}
+	w.credsMu.Lock()
+	if w.creds.Password != "" && w.creds.Password != c.Password {
+		w.retired = append(w.retired, w.creds.Password)
+	}
+	w.creds = c
+	w.auth = nil
+	if isHTTP(w.opts.URL) && !c.empty() {
+		w.auth = c.basicAuth()
+	}
+	w.credsMu.Unlock()
+	w.log.Info("credentials replaced; the next remote operation uses them")
+	return nil
+}
 
 // redact removes the password (plain and URL-escaped) from err's message. Errors that do not
 // contain it are returned unchanged, keeping errors.Is/As working.

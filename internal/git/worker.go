@@ -103,7 +103,14 @@ type Worker struct {
 	log       *slog.Logger
 	branch    plumbing.ReferenceName // refs/heads/<branch>
 	remoteRef plumbing.ReferenceName // refs/remotes/origin/<branch>
-	auth      transport.AuthMethod
+
+	// credsMu guards the credentials, which SetCredentials replaces while the worker runs.
+	credsMu sync.RWMutex
+	creds   Credentials
+	auth    transport.AuthMethod
+	// retired are passwords this worker used before; errors are scrubbed of them too, since
+	// an operation may have started with them.
+	retired []string
 
 	// Test seams.
 	backoff      func(attempt int) time.Duration
@@ -153,6 +160,7 @@ func NewWorker(opts Options) (*Worker, error) {
 	}
 	w.pushFn = w.pushOnce
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
+	w.creds = opts.Credentials
 	if isHTTP(opts.URL) && !opts.Credentials.empty() {
 		w.auth = opts.Credentials.basicAuth()
 		if strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
