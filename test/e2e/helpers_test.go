@@ -17,28 +17,29 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
 
+// configFor is the rest config of a token user of the control plane.
+func configFor(user string) *rest.Config {
+	if user == "admin" {
+		return env.AdminConfig
+	}
+	return env.UserConfig(user)
+}
+
 func clientFor(t *testing.T, user string) kubernetes.Interface {
 	t.Helper()
-	cfg := env.AdminConfig
-	if user != "admin" {
-		cfg = env.UserConfig(user)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(configFor(user))
 	require.NoError(t, err)
 	return c
 }
 
 func dynamicFor(t *testing.T, user string) dynamic.Interface {
 	t.Helper()
-	cfg := env.AdminConfig
-	if user != "admin" {
-		cfg = env.UserConfig(user)
-	}
-	c, err := dynamic.NewForConfig(cfg)
+	c, err := dynamic.NewForConfig(configFor(user))
 	require.NoError(t, err)
 	return c
 }
