@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,7 +19,7 @@ import (
 
 var configMapWriters = []rbacv1.PolicyRule{{
 	APIGroups: []string{""}, Resources: []string{"configmaps"},
-	Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"},
+	Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"},
 }}
 
 var watchConfigMaps = []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}
@@ -75,7 +76,7 @@ data:
 	// The GitTarget reports what it pushed last.
 	tgt, err := dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns).Get(ctx, "target", metav1.GetOptions{})
 	require.NoError(t, err)
-	require.True(t, poll(10e9, func() bool {
+	require.True(t, poll(10*time.Second, func() bool {
 		tgt, err = dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns).Get(ctx, "target", metav1.GetOptions{})
 		sha, _, _ := unstructuredString(tgt.Object, "status", "lastCommit")
 		return err == nil && sha == m.git(t, "rev-parse", "main")
