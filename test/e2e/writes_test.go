@@ -76,4 +76,3 @@ func TestOtherWritesNameTheirAuthor(t *testing.T) {
 		require.True(t, strings.HasPrefix(c, "carol|"), c)
 	}
 }
-
