@@ -65,11 +65,13 @@ func decodeSigs(data []byte) (map[string]interface{}, error) {
 	return v.(map[string]interface{}), nil
 }
 
-func typeNumbers(v interface{}) (interface{}, error) {
+// mapLeaves replaces every leaf of a decoded YAML or JSON tree (maps and lists are walked, in
+// place) by leaf(value).
+func mapLeaves(v interface{}, leaf func(interface{}) (interface{}, error)) (interface{}, error) {
 	switch v := v.(type) {
 	case map[string]interface{}:
 		for k, e := range v {
-			n, err := typeNumbers(e)
+			n, err := mapLeaves(e, leaf)
 			if err != nil {
 				return nil, err
 			}
@@ -78,23 +80,32 @@ func typeNumbers(v interface{}) (interface{}, error) {
 		return v, nil
 	case []interface{}:
 		for i, e := range v {
-			n, err := typeNumbers(e)
+			n, err := mapLeaves(e, leaf)
 			if err != nil {
 				return nil, err
 			}
 			v[i] = n
 		}
 		return v, nil
-	case json.Number:
-		s := string(v)
+	}
+	return leaf(v)
+}
+
+// typeNumbers types json.Number leaves: int64 for an integer literal, float64 otherwise.
+func typeNumbers(v interface{}) (interface{}, error) {
+	return mapLeaves(v, func(v interface{}) (interface{}, error) {
+		n, ok := v.(json.Number)
+		if !ok {
+			return v, nil
+		}
+		s := string(n)
 		if !strings.Contains(s, ".") {
 			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 				return i, nil
 			}
 		}
 		return strconv.ParseFloat(s, 64)
-	}
-	return v, nil
+	})
 }
 
 // viaJSON is what obj becomes through JSON, where 1.0 and 1 are the same number: the exact
@@ -130,30 +141,16 @@ func decodeV3(data []byte) (map[string]interface{}, error) {
 	return m, nil
 }
 
+// typeInts types int leaves as int64, like an unstructured object, and refuses leaf types an
+// unstructured object cannot hold.
 func typeInts(v interface{}) (interface{}, error) {
-	switch v := v.(type) {
-	case map[string]interface{}:
-		for k, e := range v {
-			n, err := typeInts(e)
-			if err != nil {
-				return nil, err
-			}
-			v[k] = n
+	return mapLeaves(v, func(v interface{}) (interface{}, error) {
+		switch v := v.(type) {
+		case int:
+			return int64(v), nil
+		case string, bool, nil, int64, float64:
+			return v, nil
 		}
-		return v, nil
-	case []interface{}:
-		for i, e := range v {
-			n, err := typeInts(e)
-			if err != nil {
-				return nil, err
-			}
-			v[i] = n
-		}
-		return v, nil
-	case int:
-		return int64(v), nil
-	case string, bool, nil, int64, float64:
-		return v, nil
-	}
-	return nil, fmt.Errorf("unexpected %T %v", v, v)
+		return nil, fmt.Errorf("unexpected %T %v", v, v)
+	})
 }
