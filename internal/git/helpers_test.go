@@ -38,7 +38,6 @@ func runGit(t testing.TB, dir string, args ...string) string {
 	return gittest.Run(t, dir, args...)
 }
 
-
 // newBareRemote creates a bare repository and returns its directory and file:// URL.
 func newBareRemote(t testing.TB) (string, string) {
 	t.Helper()
