@@ -147,7 +147,7 @@ func (c *Controller) ensureWorkerLocked(k workerKey, state providerState) (*runn
 			if err := old.worker.SetCredentials(state.creds); err != nil {
 				return nil, err
 			}
-			old.state = state
+			old.state.creds = state.creds // the rest is equal; syncTarget reads state.url unlocked
 			return old, nil
 		}
 		c.stopWorkerLocked(old)
