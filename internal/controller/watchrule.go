@@ -53,28 +53,28 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 // is filled in.
 func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, msg string, recheck time.Duration) {
 	owner := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}.String()
+	// stop ends the rule's streams: it mirrors nothing while it is not Ready for this reason.
+	stop := func(reason, msg string, recheck time.Duration) (bool, string, string, time.Duration) {
+		c.watches.Remove(owner)
+		r.Status.Resources = nil
+		return false, reason, msg, recheck
+	}
 	for i := range r.Spec.Rules {
 		if r.Spec.Rules[i].HasExclusions() {
-			c.watches.Remove(owner)
-			r.Status.Resources = nil
-			return false, v1alpha1.ReasonInvalidSpec,
-				fmt.Sprintf("rules[%d]: excludeFieldManagers and excludeUsers are not supported by this version of kubescribe; remove them", i), 0
+			return stop(v1alpha1.ReasonInvalidSpec,
+				fmt.Sprintf("rules[%d]: excludeFieldManagers and excludeUsers are not supported by this version of kubescribe; remove them", i), 0)
 		}
 	}
 	targetName := types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.TargetRef.Name}
 	var t v1alpha1.GitTarget
 	if exists, err := c.get(kindTarget, targetName, &t); err != nil || !exists {
-		c.watches.Remove(owner)
-		r.Status.Resources = nil
-		return false, v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", targetName.Name, targetName.Namespace), 0
+		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", targetName.Name, targetName.Namespace), 0)
 	}
 	c.mu.RLock()
 	_, routed := c.routes[targetName]
 	c.mu.RUnlock()
 	if !routed {
-		c.watches.Remove(owner)
-		r.Status.Resources = nil
-		return false, v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", targetName.Name), 0
+		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", targetName.Name), 0)
 	}
 
 	resolved, ignored, err := resolveRules(c.opts.SourceDiscovery, r.Spec.Rules)
@@ -86,10 +86,8 @@ func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, ms
 		if cd, ok := c.opts.SourceDiscovery.(discovery.CachedDiscoveryInterface); ok {
 			cd.Invalidate()
 		}
-		c.watches.Remove(owner)
-		r.Status.Resources = nil
-		msg := "no namespaced resource the cluster serves matches the rules" + ignored.describe()
-		return false, v1alpha1.ReasonNoResourcesMatched, msg, notReadyRecheck
+		return stop(v1alpha1.ReasonNoResourcesMatched,
+			"no namespaced resource the cluster serves matches the rules"+ignored.describe(), notReadyRecheck)
 	}
 	specs := make([]watch.StreamSpec, 0, len(resolved))
 	r.Status.Resources = r.Status.Resources[:0]
