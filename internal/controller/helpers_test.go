@@ -408,9 +408,41 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	return f
 }
 
-func (f *fixture) syncProvider(name string) error { return f.c.syncProvider(f.ctx, nn(name)) }
-func (f *fixture) syncTarget(name string) error   { return f.c.syncTarget(f.ctx, nn(name)) }
-func (f *fixture) syncRule(name string) error     { return f.c.syncRule(f.ctx, nn(name)) }
+// The sync helpers first wait until the controller's cache holds the object as stored. The
+// controller compares a new status with the cached one and skips an unchanged write; in the
+// running controller the informer's update event brings a stale cache back to another sync,
+// but these tests run no reconcile workers, so they sync only against a current cache.
+func (f *fixture) syncProvider(name string) error {
+	f.waitCached(kindProvider, v1alpha1.GitProvidersResource, name)
+	return f.c.syncProvider(f.ctx, nn(name))
+}
+
+func (f *fixture) syncTarget(name string) error {
+	f.waitCached(kindTarget, v1alpha1.GitTargetsResource, name)
+	return f.c.syncTarget(f.ctx, nn(name))
+}
+
+func (f *fixture) syncRule(name string) error {
+	f.waitCached(kindRule, v1alpha1.WatchRulesResource, name)
+	return f.c.syncRule(f.ctx, nn(name))
+}
+
+// waitCached waits until the informer cache holds the stored version of the object, or its
+// absence when it does not exist.
+func (f *fixture) waitCached(k kind, gvr schema.GroupVersionResource, name string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		want := ""
+		if u, err := f.dyn.Resource(gvr).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			want = u.GetResourceVersion()
+		}
+		got := ""
+		if obj, exists, _ := f.c.informers[k].GetIndexer().GetByKey(nn(name).String()); exists {
+			got = obj.(metav1.Object).GetResourceVersion()
+		}
+		return got == want
+	}, 5*time.Second, time.Millisecond, "the controller's cache of %s %q did not catch up", k, name)
+}
 
 // getObject reads an object back through the fake dynamic client: what the controller wrote.
 func (f *fixture) getObject(gvr schema.GroupVersionResource, name string, out runtime.Object) {
