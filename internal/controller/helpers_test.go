@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"github.com/kubescribe/kubescribe/internal/testlog"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -427,20 +428,21 @@ func (f *fixture) syncRule(name string) error {
 	return f.c.syncRule(f.ctx, nn(name))
 }
 
-// waitCached waits until the informer cache holds the stored version of the object, or its
-// absence when it does not exist.
+// waitCached waits until the informer cache holds the object as stored, or its absence when it
+// does not exist. The fake dynamic client assigns no resourceVersions, so whole objects are
+// compared.
 func (f *fixture) waitCached(k kind, gvr schema.GroupVersionResource, name string) {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool {
-		want := ""
+		var want map[string]any
 		if u, err := f.dyn.Resource(gvr).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
-			want = u.GetResourceVersion()
+			want = u.Object
 		}
-		got := ""
+		var got map[string]any
 		if obj, exists, _ := f.c.informers[k].GetIndexer().GetByKey(nn(name).String()); exists {
-			got = obj.(metav1.Object).GetResourceVersion()
+			got = obj.(*unstructured.Unstructured).Object
 		}
-		return got == want
+		return equality.Semantic.DeepEqual(got, want)
 	}, 5*time.Second, time.Millisecond, "the controller's cache of %s %q did not catch up", k, name)
 }
 
