@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -318,8 +319,12 @@ func (c *Controller) enqueueReferencing(k kind, ns, field, name string) {
 	})
 }
 
-// writeStatus stores obj's status with the dynamic client when it differs from before.
-func (c *Controller) writeStatus(ctx context.Context, gvr schema.GroupVersionResource, obj runtime.Object) error {
+// writeStatus stores obj's status with the dynamic client when it differs from before (the
+// status as cached); an unchanged status is not written again.
+func (c *Controller) writeStatus(ctx context.Context, gvr schema.GroupVersionResource, obj runtime.Object, before, after any) error {
+	if equality.Semantic.DeepEqual(before, after) {
+		return nil
+	}
 	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,10 +51,8 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 	}
 	setReady(&p.Status.Conditions, p.Generation, state != nil, reason, "%s", msg)
 	p.Status.ObservedGeneration = p.Generation
-	if !equality.Semantic.DeepEqual(before, &p.Status) {
-		if err := c.writeStatus(ctx, v1alpha1.GitProvidersResource, &p); err != nil {
-			return err
-		}
+	if err := c.writeStatus(ctx, v1alpha1.GitProvidersResource, &p, before, &p.Status); err != nil {
+		return err
 	}
 	if retry {
 		return fmt.Errorf("GitProvider %s not ready: %s", name, msg)

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -78,10 +77,8 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	}
 	setReady(&t.Status.Conditions, t.Generation, ready, reason, "%s", msg)
 	t.Status.ObservedGeneration = t.Generation
-	if !equality.Semantic.DeepEqual(before, &t.Status) {
-		if err := c.writeStatus(ctx, v1alpha1.GitTargetsResource, &t); err != nil {
-			return err
-		}
+	if err := c.writeStatus(ctx, v1alpha1.GitTargetsResource, &t, before, &t.Status); err != nil {
+		return err
 	}
 	recheck := targetRecheck
 	if !ready {

@@ -8,7 +8,6 @@ import (
 
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,10 +37,8 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 	}
 	setCondition(&r.Status.Conditions, r.Generation, status, reason, "%s", msg)
 	r.Status.ObservedGeneration = r.Generation
-	if !equality.Semantic.DeepEqual(before, &r.Status) {
-		if err := c.writeStatus(ctx, v1alpha1.WatchRulesResource, &r); err != nil {
-			return err
-		}
+	if err := c.writeStatus(ctx, v1alpha1.WatchRulesResource, &r, before, &r.Status); err != nil {
+		return err
 	}
 	if recheck > 0 {
 		c.queue.AddAfter(key{kindRule, name}, recheck)
