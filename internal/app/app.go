@@ -32,6 +32,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/declared"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // HTTP limits shared by both listeners. Audit batches are large (about 1 MB for 400 events)
@@ -52,6 +53,7 @@ type App struct {
 	rdb        redis.UniversalClient
 	store      *attribution.Store
 	joiner     *attribution.Joiner
+	router     *git.Router
 	controller *controller.Controller
 
 	auditLn, opsLn   net.Listener
@@ -112,15 +114,16 @@ func New(opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log})
 	a.controller, err = controller.New(controller.Options{
 		Client:          dyn,
 		Kube:            kube,
 		SourceClient:    dyn,
 		SourceDiscovery: memory.NewMemCacheClient(dc),
 		Cluster:         opts.ClusterName,
-		Join:            a.joiner.Join,
+		Emit:            func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
 		Render:          declared.Manifest,
-		GitMetrics:      git.NewMetrics(opts.Registry),
+		Router:          a.router,
 		Logger:          a.log, // the controller tags its own and its workers' loggers
 	})
 	if err != nil {
@@ -263,6 +266,7 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = a.joiner.Run(bg) }()
 
+	a.router.Start(bg)
 	ctrlCtx, stopController := context.WithCancel(ctx)
 	defer stopController()
 	ctrlDone := make(chan error, 1)
@@ -301,7 +305,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.controller.StopWatches()
 	step("pending attributions", a.joiner.Wait(sctx))
 	step("audit server", a.auditSrv.Shutdown(sctx))
-	step("git workers", a.controller.StopWorkers(sctx))
+	step("git workers", a.router.Stop(sctx))
 	step("ops server", a.opsSrv.Shutdown(sctx))
 	stopBackground()
 	wg.Wait()

@@ -1,7 +1,7 @@
-// Package controller reconciles kubescribe's CRDs (GitProvider, GitTarget, WatchRule) into the
-// running data flow: it starts one git branch worker per (provider, branch), routes each target's
-// attributed changes to its worker, and tells the watch manager which streams WatchRules want.
-// Every outcome is reported in the object's Ready condition.
+// Package controller turns kubescribe's CRDs (GitProvider, GitTarget, WatchRule) into desired
+// state: it tells the git router where each target's changes go and the watch side which
+// streams WatchRules want, and reads back what they report into status conditions. It does not
+// carry changes: those flow watch -> attribution -> git without passing through here.
 package controller
 
 import (
@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
-	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -55,12 +54,13 @@ type Options struct {
 	SourceDiscovery discovery.DiscoveryInterface
 	// Cluster is the audit route of the source cluster.
 	Cluster string
-	// Join attributes a change and hands the result to deliver.
-	Join func(c watch.Change, deliver func(attribution.AttributedChange))
+	// Emit receives every change the watches observe: the head of the data path (attribution,
+	// then the router).
+	Emit func(watch.Change)
 	// Render produces an object's declared form.
 	Render watch.Render
-	// GitMetrics may be nil.
-	GitMetrics *git.Metrics
+	// Router writes each target's changes to its branch; the controller routes targets.
+	Router *git.Router
 	// ProbeRemote checks that a repository answers with the given credentials. Test seam;
 	// defaults to git.Probe.
 	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
@@ -93,16 +93,9 @@ type Controller struct {
 	informers map[kind]cache.SharedIndexInformer
 
 	mu        sync.RWMutex
-	providers map[types.NamespacedName]*providerState // last settings that passed a check
+	providers map[types.NamespacedName]*git.Remote // last settings that passed a check
 	// providerReady holds the providers whose latest check passed.
 	providerReady map[types.NamespacedName]bool
-	routes        map[types.NamespacedName]route // Ready targets only
-	workers       map[workerKey]*runningWorker
-	pushes        map[types.NamespacedName]pushRecord
-
-	workerCtx    context.Context
-	stopWorkers  context.CancelFunc
-	workersGroup sync.WaitGroup
 }
 
 // New returns a Controller.
@@ -114,8 +107,10 @@ func New(opts Options) (*Controller, error) {
 		return nil, errors.New("controller: Options.SourceClient and Options.SourceDiscovery are required")
 	case opts.Cluster == "":
 		return nil, errors.New("controller: Options.Cluster is required")
-	case opts.Join == nil || opts.Render == nil:
-		return nil, errors.New("controller: Options.Join and Options.Render are required")
+	case opts.Emit == nil || opts.Render == nil:
+		return nil, errors.New("controller: Options.Emit and Options.Render are required")
+	case opts.Router == nil:
+		return nil, errors.New("controller: Options.Router is required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -126,11 +121,8 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{
 		opts:          opts,
 		log:           opts.Logger,
-		providers:     map[types.NamespacedName]*providerState{},
+		providers:     map[types.NamespacedName]*git.Remote{},
 		providerReady: map[types.NamespacedName]bool{},
-		routes:        map[types.NamespacedName]route{},
-		workers:       map[workerKey]*runningWorker{},
-		pushes:        map[types.NamespacedName]pushRecord{},
 	}
 	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
 	// is retried patiently without starving the others.
@@ -141,7 +133,7 @@ func New(opts Options) (*Controller, error) {
 	c.watches, err = watch.NewManager(watch.ManagerOptions{
 		Client: opts.SourceClient,
 		Render: opts.Render,
-		Emit:   func(ch watch.Change) { opts.Join(ch, c.deliver) },
+		Emit:   opts.Emit,
 		Logger: opts.Logger.With("component", "watch"),
 	})
 	if err != nil {
@@ -166,13 +158,10 @@ func New(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-// Run starts the informers and reconciles until ctx ends. The watches and git workers it started
-// keep running until Drain, so a shutdown can finish in-flight changes.
+// Run starts the informers and reconciles until ctx ends. The watches it started keep running
+// until StopWatches, so a shutdown can finish in-flight changes.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
-	c.mu.Lock()
-	c.workerCtx, c.stopWorkers = context.WithCancel(context.WithoutCancel(ctx))
-	c.mu.Unlock()
 	c.watches.Start(context.WithoutCancel(ctx))
 
 	c.factory.Start(ctx.Done())
@@ -186,6 +175,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	c.log.Info("controller caches synced", "workers", workers)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.followRouter(ctx) }()
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -214,22 +205,18 @@ func (c *Controller) Synced() bool {
 // StopWatches stops every watch stream: no new change enters the data flow after it returns.
 func (c *Controller) StopWatches() { c.watches.Stop() }
 
-// StopWorkers tells every git worker to commit what it holds and make a last push, and waits
-// for them until ctx ends.
-func (c *Controller) StopWorkers(ctx context.Context) error {
-	c.mu.Lock()
-	stop := c.stopWorkers
-	c.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	done := make(chan struct{})
-	go func() { c.workersGroup.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("git workers did not finish: %w", ctx.Err())
+// followRouter refreshes the status of the targets whose pushes the router reported (a push
+// landed or failed), so it shows without waiting for the periodic re-check.
+func (c *Controller) followRouter(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.opts.Router.Updates():
+			for _, name := range c.opts.Router.Changed() {
+				c.enqueue(kindTarget, name)
+			}
+		}
 	}
 }
 

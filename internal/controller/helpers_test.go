@@ -327,6 +327,7 @@ type fixture struct {
 	probe   *fakeProbe
 	joined  *joinRecorder
 	logs    *lockedBuffer
+	router  *git.Router
 	c       *Controller
 	repoDir string // the bare repository GitProviders with URL bareRepo write to
 }
@@ -374,16 +375,20 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		logs:    &lockedBuffer{},
 		repoDir: repoDir,
 	}
+	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f.router = git.NewRouter(git.RouterOptions{Logger: log})
+	f.router.Start(context.Background())
 	c, err := New(Options{
 		Client:          dyn,
 		Kube:            kube,
 		SourceClient:    source,
 		SourceDiscovery: dc,
 		Cluster:         testCluster,
-		Join:            f.joined.join,
+		Emit:            func(ch watch.Change) { f.joined.join(ch, f.router.Deliver) },
 		Render:          renderName,
+		Router:          f.router,
 		ProbeRemote:     f.probe.probe,
-		Logger:          slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:          log,
 	})
 	require.NoError(t, err)
 	f.c = c
@@ -402,7 +407,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		c.StopWatches()
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer scancel()
-		require.NoError(t, c.StopWorkers(sctx))
+		require.NoError(t, f.router.Stop(sctx))
 		require.NotContains(t, f.logs.String(), testPassword, "the controller logged the password")
 	})
 	require.Eventually(t, c.Synced, 10*time.Second, 5*time.Millisecond, "controller caches did not sync")
@@ -476,11 +481,8 @@ func (f *fixture) watchRule(name string) v1alpha1.WatchRule {
 }
 
 // route returns the target's route, if it has one.
-func (f *fixture) route(name string) (route, bool) {
-	f.c.mu.RLock()
-	defer f.c.mu.RUnlock()
-	rt, ok := f.c.routes[nn(name)]
-	return rt, ok
+func (f *fixture) route(name string) (git.RouteInfo, bool) {
+	return f.router.RouteOf(nn(name))
 }
 
 // readyCondition returns the Ready condition, failing the test when there is none.

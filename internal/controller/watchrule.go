@@ -67,10 +67,7 @@ func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, ms
 	if exists, err := c.get(kindTarget, targetName, &t); err != nil || !exists {
 		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", targetName.Name, targetName.Namespace), 0)
 	}
-	c.mu.RLock()
-	_, routed := c.routes[targetName]
-	c.mu.RUnlock()
-	if !routed {
+	if !c.opts.Router.Routed(targetName) {
 		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", targetName.Name), 0)
 	}
 
