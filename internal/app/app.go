@@ -53,6 +53,7 @@ type App struct {
 	rdb        redis.UniversalClient
 	store      *attribution.Store
 	joiner     *attribution.Joiner
+	sources    *watch.Registry
 	router     *git.Router
 	controller *controller.Controller
 
@@ -115,16 +116,26 @@ func New(opts Options) (*App, error) {
 		return nil, err
 	}
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log})
+	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
+		Render:  declared.Manifest,
+		Emit:    func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
+		Logger:  a.log.With("component", "watch"),
+		Metrics: watch.NewMetrics(opts.Registry),
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The cluster kubescribe runs in is the first source cluster, under its audit route.
+	if _, err := a.sources.AddCluster(opts.ClusterName, dyn, memory.NewMemCacheClient(dc)); err != nil {
+		return nil, err
+	}
 	a.controller, err = controller.New(controller.Options{
-		Client:          dyn,
-		Kube:            kube,
-		SourceClient:    dyn,
-		SourceDiscovery: memory.NewMemCacheClient(dc),
-		Cluster:         opts.ClusterName,
-		Emit:            func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
-		Render:          declared.Manifest,
-		Router:          a.router,
-		Logger:          a.log, // the controller tags its own and its workers' loggers
+		Client:  dyn,
+		Kube:    kube,
+		Sources: a.sources,
+		Cluster: opts.ClusterName,
+		Router:  a.router,
+		Logger:  a.log, // the controller tags its own and its workers' loggers
 	})
 	if err != nil {
 		return nil, err
@@ -267,6 +278,7 @@ func (a *App) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); _ = a.joiner.Run(bg) }()
 
 	a.router.Start(bg)
+	a.sources.Start(bg)
 	ctrlCtx, stopController := context.WithCancel(ctx)
 	defer stopController()
 	ctrlDone := make(chan error, 1)
@@ -302,7 +314,7 @@ func (a *App) Run(ctx context.Context) error {
 	if !ctrlStopped {
 		step("controller", <-ctrlDone)
 	}
-	a.controller.StopWatches()
+	a.sources.Stop()
 	step("pending attributions", a.joiner.Wait(sctx))
 	step("audit server", a.auditSrv.Shutdown(sctx))
 	step("git workers", a.router.Stop(sctx))

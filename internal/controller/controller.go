@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -48,17 +47,12 @@ type Options struct {
 	// Client reaches the cluster kubescribe runs in (the config plane: CRDs and Secrets).
 	Client dynamic.Interface
 	Kube   kubernetes.Interface
-	// SourceClient and SourceDiscovery reach the cluster whose objects are mirrored. Today that
-	// is the same cluster; remote source clusters are a later feature.
-	SourceClient    dynamic.Interface
-	SourceDiscovery discovery.DiscoveryInterface
+	// Sources holds the source clusters; WatchRules are resolved and watched in the entry
+	// named Cluster. Today that is the cluster kubescribe runs in; remote source clusters are a
+	// later feature.
+	Sources *watch.Registry
 	// Cluster is the audit route of the source cluster.
 	Cluster string
-	// Emit receives every change the watches observe: the head of the data path (attribution,
-	// then the router).
-	Emit func(watch.Change)
-	// Render produces an object's declared form.
-	Render watch.Render
 	// Router writes each target's changes to its branch; the controller routes targets.
 	Router *git.Router
 	// ProbeRemote checks that a repository answers with the given credentials. Test seam;
@@ -84,10 +78,9 @@ type key struct {
 // Controller is the CRD controller. Create it with New, run it with Run, and stop the data flow
 // it started with Drain.
 type Controller struct {
-	opts    Options
-	log     *slog.Logger
-	queue   workqueue.TypedRateLimitingInterface[key]
-	watches *watch.Manager
+	opts  Options
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[key]
 
 	factory   dynamicinformer.DynamicSharedInformerFactory
 	informers map[kind]cache.SharedIndexInformer
@@ -103,12 +96,10 @@ func New(opts Options) (*Controller, error) {
 	switch {
 	case opts.Client == nil || opts.Kube == nil:
 		return nil, errors.New("controller: Options.Client and Options.Kube are required")
-	case opts.SourceClient == nil || opts.SourceDiscovery == nil:
-		return nil, errors.New("controller: Options.SourceClient and Options.SourceDiscovery are required")
+	case opts.Sources == nil:
+		return nil, errors.New("controller: Options.Sources is required")
 	case opts.Cluster == "":
 		return nil, errors.New("controller: Options.Cluster is required")
-	case opts.Emit == nil || opts.Render == nil:
-		return nil, errors.New("controller: Options.Emit and Options.Render are required")
 	case opts.Router == nil:
 		return nil, errors.New("controller: Options.Router is required")
 	}
@@ -129,16 +120,6 @@ func New(opts Options) (*Controller, error) {
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](time.Second, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "kubescribe"})
-	var err error
-	c.watches, err = watch.NewManager(watch.ManagerOptions{
-		Client: opts.SourceClient,
-		Render: opts.Render,
-		Emit:   opts.Emit,
-		Logger: opts.Logger.With("component", "watch"),
-	})
-	if err != nil {
-		return nil, err
-	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 0)
 	c.informers = map[kind]cache.SharedIndexInformer{
 		kindProvider: c.factory.ForResource(v1alpha1.GitProvidersResource).Informer(),
@@ -158,11 +139,10 @@ func New(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-// Run starts the informers and reconciles until ctx ends. The watches it started keep running
-// until StopWatches, so a shutdown can finish in-flight changes.
+// Run starts the informers and reconciles until ctx ends. The watches it asked for keep running
+// until the source registry stops, so a shutdown can finish in-flight changes.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
-	c.watches.Start(context.WithoutCancel(ctx))
 
 	c.factory.Start(ctx.Done())
 	for k, inf := range c.informers {
@@ -201,9 +181,6 @@ func (c *Controller) Synced() bool {
 	}
 	return true
 }
-
-// StopWatches stops every watch stream: no new change enters the data flow after it returns.
-func (c *Controller) StopWatches() { c.watches.Stop() }
 
 // followRouter refreshes the status of the targets whose pushes the router reported (a push
 // landed or failed), so it shows without waiting for the periodic re-check.

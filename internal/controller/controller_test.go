@@ -31,17 +31,15 @@ func TestNewValidatesOptions(t *testing.T) {
 			v1alpha1.GitTargetsResource:   "GitTargetList",
 			v1alpha1.WatchRulesResource:   "WatchRuleList",
 		})
-		_, dc := newDiscovery(nil)
+		sources, err := watch.NewRegistry(watch.RegistryOptions{Render: renderName, Emit: func(watch.Change) {}})
+		require.NoError(t, err)
 		return Options{
-			Client:          dyn,
-			Kube:            kubefake.NewClientset(),
-			SourceClient:    dyn,
-			SourceDiscovery: dc,
-			Cluster:         testCluster,
-			Emit:            func(watch.Change) {},
-			Render:          renderName,
-			Router:          git.NewRouter(git.RouterOptions{}),
-			Logger:          slog.New(slog.DiscardHandler),
+			Client:  dyn,
+			Kube:    kubefake.NewClientset(),
+			Sources: sources,
+			Cluster: testCluster,
+			Router:  git.NewRouter(git.RouterOptions{}),
+			Logger:  slog.New(slog.DiscardHandler),
 		}
 	}
 	tests := []struct {
@@ -53,11 +51,8 @@ func TestNewValidatesOptions(t *testing.T) {
 		{name: "valid without logger and probe", mutate: func(o *Options) { o.Logger, o.ProbeRemote = nil, nil }},
 		{name: "no client", mutate: func(o *Options) { o.Client = nil }, wantErr: "Options.Client and Options.Kube are required"},
 		{name: "no kube", mutate: func(o *Options) { o.Kube = nil }, wantErr: "Options.Client and Options.Kube are required"},
-		{name: "no source client", mutate: func(o *Options) { o.SourceClient = nil }, wantErr: "Options.SourceClient and Options.SourceDiscovery are required"},
-		{name: "no source discovery", mutate: func(o *Options) { o.SourceDiscovery = nil }, wantErr: "Options.SourceClient and Options.SourceDiscovery are required"},
+		{name: "no sources", mutate: func(o *Options) { o.Sources = nil }, wantErr: "Options.Sources is required"},
 		{name: "no cluster", mutate: func(o *Options) { o.Cluster = "" }, wantErr: "Options.Cluster is required"},
-		{name: "no emit", mutate: func(o *Options) { o.Emit = nil }, wantErr: "Options.Emit and Options.Render are required"},
-		{name: "no render", mutate: func(o *Options) { o.Render = nil }, wantErr: "Options.Emit and Options.Render are required"},
 		{name: "no router", mutate: func(o *Options) { o.Router = nil }, wantErr: "Options.Router is required"},
 	}
 	for _, tt := range tests {

@@ -328,6 +328,7 @@ type fixture struct {
 	joined  *joinRecorder
 	logs    *lockedBuffer
 	router  *git.Router
+	sources *watch.Registry
 	c       *Controller
 	repoDir string // the bare repository GitProviders with URL bareRepo write to
 }
@@ -378,17 +379,24 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f.router = git.NewRouter(git.RouterOptions{Logger: log})
 	f.router.Start(context.Background())
+	sources, err := watch.NewRegistry(watch.RegistryOptions{
+		Render: renderName,
+		Emit:   func(ch watch.Change) { f.joined.join(ch, f.router.Deliver) },
+		Logger: log,
+	})
+	require.NoError(t, err)
+	_, err = sources.AddCluster(testCluster, source, dc)
+	require.NoError(t, err)
+	sources.Start(context.Background())
+	f.sources = sources
 	c, err := New(Options{
-		Client:          dyn,
-		Kube:            kube,
-		SourceClient:    source,
-		SourceDiscovery: dc,
-		Cluster:         testCluster,
-		Emit:            func(ch watch.Change) { f.joined.join(ch, f.router.Deliver) },
-		Render:          renderName,
-		Router:          f.router,
-		ProbeRemote:     f.probe.probe,
-		Logger:          log,
+		Client:      dyn,
+		Kube:        kube,
+		Sources:     sources,
+		Cluster:     testCluster,
+		Router:      f.router,
+		ProbeRemote: f.probe.probe,
+		Logger:      log,
 	})
 	require.NoError(t, err)
 	f.c = c
@@ -404,7 +412,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		case <-time.After(30 * time.Second):
 			t.Error("Run did not return after its context ended")
 		}
-		c.StopWatches()
+		f.sources.Stop()
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer scancel()
 		require.NoError(t, f.router.Stop(sctx))
