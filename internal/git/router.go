@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // Remote is the repository a GitProvider names and how kubescribe writes to it. Every target
@@ -240,6 +241,9 @@ func (r *Router) notify(targets ...types.NamespacedName) {
 // change is handed either to the old worker before it is told to stop, and is part of what it
 // commits and pushes on its way out, or to its successor.
 func (r *Router) Deliver(ac attribution.AttributedChange) {
+	if ac.Op == watch.OpSweep {
+		return // the writer does not sweep folders yet
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	rt, ok := r.routes[ac.Target]

@@ -50,6 +50,9 @@ type RegistryOptions struct {
 	Emit    func(Change)
 	Logger  *slog.Logger
 	Metrics *Metrics // may be nil
+	// Cursors holds the streams' resume cursors. nil: no resume; every start hands each
+	// GitTarget the whole state as a snapshot and sweeps its folder.
+	Cursors cursorSource
 }
 
 // Registry holds the source clusters. The local cluster is its first entry; a remote cluster
