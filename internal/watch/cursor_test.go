@@ -90,8 +90,8 @@ func TestResumeFromCursor(t *testing.T) {
 
 	got, sweep := collectUntilSweep(t, changes)
 	require.Len(t, got, 3, "the unchanged object is not handed again: %v", got)
-	for _, name := range []string{"changed", "new"} {
-		require.Equal(t, OpCreate, got[name].Op)
+	for name, op := range map[string]Op{"changed": OpUpdate, "new": OpCreate} {
+		require.Equal(t, op, got[name].Op, name)
 		require.True(t, got[name].Snapshot && got[name].Resumed, name)
 		require.NotEmpty(t, got[name].Manifest)
 	}

@@ -229,10 +229,14 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 	if known && prev == sum {
 		return
 	}
-	if e, ok := sub.cursor.Objects[field]; ok && e.UID == string(u.GetUID()) && e.ResourceVersion == u.GetResourceVersion() {
-		return // the folder holds this version already
+	op := OpCreate
+	if e, ok := sub.cursor.Objects[field]; ok {
+		if e.UID == string(u.GetUID()) && e.ResourceVersion == u.GetResourceVersion() {
+			return // the folder holds this version already
+		}
+		op = OpUpdate // the folder holds an older version
 	}
-	c := s.change(sub.target, u, OpCreate)
+	c := s.change(sub.target, u, op)
 	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
 	s.emit(c)
 }
