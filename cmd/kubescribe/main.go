@@ -3,6 +3,7 @@
 //	kubescribe audit-policy                 the --audit-policy-file content
 //	kubescribe audit-webhook-config [flags] the --audit-webhook-config-file content
 //	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
+//	kubescribe export [flags] DIR           write a live cluster's declared objects into DIR
 //
 // docs/cli.md describes every command, flag and exit code.
 package main
@@ -36,6 +37,9 @@ const usage = `usage:
   kubescribe scan [--repo] [--format text|json|yaml] DIR
       may folder DIR become a GitTarget (with --repo: which folders of repository DIR could);
       exit code 0 yes, 1 no, 2 error
+  kubescribe export [--kubeconfig FILE] [--context NAME] [--api-groups G,..] [--resources R,..]
+                    [--namespaces NS,..] [--commit [--author "N <e>"] [--message M]] DIR
+      write the declared form of a cluster's objects into DIR, in the writer's layout
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -51,6 +55,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	switch args[0] {
 	case "scan":
 		return scanCmd(ctx, args[1:], stdout, stderr)
+	case "export":
+		return exportCmd(ctx, args[1:], stdout, stderr)
 
 	case "audit-policy":
 		_, err = stdout.Write(audit.Policy())
