@@ -110,7 +110,7 @@ func writeReport(w io.Writer, format, dir string, report any) error {
 		textReport(&b, dir, r)
 	case *manifestanalyzer.RepoReport:
 		adoptable := r.Adoptable()
-		fmt.Fprintf(&b, "%s: %d candidate folder(s), %d adoptable", dir, len(r.Folders), len(adoptable))
+		fmt.Fprintf(&b, "%s: %s, %d adoptable", dir, plural(len(r.Folders), "candidate folder"), len(adoptable))
 		if len(adoptable) > 0 {
 			fmt.Fprintf(&b, ": %s", strings.Join(adoptable, ", "))
 		}
@@ -138,8 +138,15 @@ func textReport(b *strings.Builder, name string, r *manifestanalyzer.Report) {
 			warns++
 		}
 	}
-	fmt.Fprintf(b, ", %d errors, %d warnings)\n", errs, warns)
+	fmt.Fprintf(b, ", %s, %s)\n", plural(errs, "error"), plural(warns, "warning"))
 	for _, f := range r.Findings {
 		fmt.Fprintf(b, "  %-7s %-21s %s\n", f.Severity, f.Code, f.Message)
 	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -30,7 +30,7 @@ func TestScanExitCodes(t *testing.T) {
 		out  string
 		err  string
 	}{
-		{name: "adoptable", args: []string{filepath.Join(fixtures, "folders", "adoptable")}, code: 0, out: "adoptable (5 objects in 6 files, 0 errors, 1 warnings)"},
+		{name: "adoptable", args: []string{filepath.Join(fixtures, "folders", "adoptable")}, code: 0, out: "adoptable (6 objects in 7 files, 0 errors, 1 warning)"},
 		{name: "not adoptable", args: []string{filepath.Join(fixtures, "folders", "plaintext-secret")}, code: 1, out: "NOT adoptable"},
 		{name: "flags after the folder", args: []string{filepath.Join(fixtures, "folders", "adoptable"), "--format", "json"}, code: 0, out: `"adoptable": true`},
 		{name: "repo with an adoptable folder", args: []string{"--repo", filepath.Join(fixtures, "repo")}, code: 0, out: "1 adoptable: clusters/prod"},

@@ -288,15 +288,25 @@ func (s *scanner) file(fsys fs.FS, f file) {
 		s.add(CodeUnreadableFile, f.path, 0, nil, "cannot be read: %v", err)
 		return
 	}
-	if i := bytes.Index(data, []byte("{{")); i >= 0 {
-		s.add(CodeTemplatedContent, f.path, lineAt(data, i), nil,
-			"template action {{ … }}: a template, not an object; render it first")
-		return
-	}
+	// Template actions inside string values are content (an alerting rule, a workflow step, a
+	// config file in a ConfigMap) and kubescribe writes such objects itself. A template is told
+	// apart by what it breaks: YAML that does not parse, or an object's identity or keys.
 	docs, err := documents(data)
 	if err != nil {
+		if i := bytes.Index(data, []byte("{{")); i >= 0 {
+			s.add(CodeTemplatedContent, f.path, lineAt(data, i), nil,
+				"template action {{ … }} where YAML cannot hold it: a template, not an object; render it first")
+			return
+		}
 		s.add(CodeInvalidYAML, f.path, yamlErrorLine(err), nil, "not valid YAML: %s", yamlErrorText(err))
 		return
+	}
+	for _, d := range docs {
+		if line := templatedStructure(d, true); line > 0 {
+			s.add(CodeTemplatedContent, f.path, line, nil,
+				"template action {{ … }} in a key or in apiVersion, kind, metadata.name or metadata.namespace: a template, not an object; render it first")
+			return
+		}
 	}
 	if len(docs) == 0 {
 		s.add(CodeNotKubernetesObject, f.path, 0, nil, "holds no object")
@@ -587,3 +597,44 @@ func refOf(obj *unstructured.Unstructured) *ObjectRef {
 
 // lineAt is the 1-based line of byte offset i in data.
 func lineAt(data []byte, i int) int { return bytes.Count(data[:i], []byte("\n")) + 1 }
+
+// identityKeys are the fields that name an object; a template action there makes a template.
+var identityKeys = map[string]bool{"apiVersion": true, "kind": true, "name": true, "namespace": true}
+
+// templatedStructure is the line of the first template action in a mapping key, or in a value of
+// the object's identity (top-level apiVersion and kind, metadata's name and namespace); 0 if none.
+func templatedStructure(n *yaml.Node, top bool) int {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if strings.Contains(k.Value, "{{") {
+				return k.Line
+			}
+			if top && k.Value == "metadata" {
+				if line := templatedStructure(v, false); line > 0 {
+					return line
+				}
+				for j := 0; v.Kind == yaml.MappingNode && j+1 < len(v.Content); j += 2 {
+					if identityKeys[v.Content[j].Value] && strings.Contains(v.Content[j+1].Value, "{{") {
+						return v.Content[j+1].Line
+					}
+				}
+				continue
+			}
+			if top && identityKeys[k.Value] && k.Value != "name" && k.Value != "namespace" && strings.Contains(v.Value, "{{") {
+				return v.Line
+			}
+			if line := templatedStructure(v, false); line > 0 {
+				return line
+			}
+		}
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			if line := templatedStructure(c, false); line > 0 {
+				return line
+			}
+		}
+	}
+	return 0
+}
