@@ -37,7 +37,8 @@ func newProgress(ctx context.Context, stderr io.Writer, mode string) progress {
 	if !show {
 		return quietProgress{}
 	}
-	return &barProgress{p: mpb.NewWithContext(ctx, mpb.WithOutput(stderr), mpb.WithWidth(32))}
+	// WithAutoRefresh makes mpb draw also where it does not see a terminal (--progress always).
+	return &barProgress{p: mpb.NewWithContext(ctx, mpb.WithOutput(stderr), mpb.WithWidth(32), mpb.WithAutoRefresh())}
 }
 
 type quietProgress struct{}
@@ -92,6 +93,6 @@ func (o *oneBar) increment() {
 }
 
 func (o *oneBar) done(written int64) {
-	fmt.Fprintf(o.p, "%-48s %d\n", o.name, written)
+	fmt.Fprintf(o.p, "%-56s %d\n", o.name, written)
 	o.bar.SetTotal(-1, true)
 }

@@ -265,3 +265,20 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// Progress is drawn only on a terminal: through a pipe stderr holds warnings alone; forced on,
+// it names each resource with its count.
+func TestExportProgressOnlyOnATerminal(t *testing.T) {
+	ns := "e2e-export-progress"
+	createNamespace(t, ns)
+	for i := range 3 {
+		createConfigMap(t, ns, fmt.Sprintf("cm-%d", i), nil, nil, nil)
+	}
+	args := []string{"--namespaces", ns, "--api-groups", "", "--resources", "configmaps"}
+	quiet := exportAsAdmin(t, append(args, filepath.Join(t.TempDir(), "quiet"))...)
+	require.Empty(t, quiet.stderr, "not a terminal: nothing drawn")
+	require.Contains(t, quiet.stdout, "exported 3 objects of 1 resources")
+
+	shown := exportAsAdmin(t, append(args, "--progress", "always", filepath.Join(t.TempDir(), "shown"))...)
+	require.Regexp(t, `core/configmaps +3\n`, shown.stderr)
+}
