@@ -229,8 +229,8 @@ func runExport(ctx context.Context, o *exportOptions, stdout, stderr io.Writer) 
 	elapsed := time.Since(began)
 	n := stats.objects.Load()
 	rate := float64(n) / max(elapsed.Seconds(), 1e-3)
-	fmt.Fprintf(stdout, "exported %d objects of %d resources from %s into %s in %s (%.0f objects/s)\n",
-		n, stats.resources.Load(), contextName, o.dir, elapsed.Round(time.Millisecond), rate)
+	fmt.Fprintf(stdout, "exported %s of %s from %s into %s in %s (%.0f objects/s)\n",
+		plural(int(n), "object"), plural(int(stats.resources.Load()), "resource"), contextName, o.dir, elapsed.Round(time.Millisecond), rate)
 	if argo, flux := gitops.counts(); argo+flux > 0 {
 		fmt.Fprintf(stdout, "already managed by another GitOps tool: %d tracked by Argo CD, %d managed by Flux (listed on stderr)\n", argo, flux)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -125,6 +126,11 @@ func TestExportIntoGitTargetRewritesNothing(t *testing.T) {
 	m.repoDir, err = env.Git.CreateRepo(m.repo)
 	require.NoError(t, err)
 	gitCLI(t, local, "push", "-q", m.repoDir, "main:main")
+
+	report, err := manifestanalyzer.ScanPath(context.Background(), dir, manifestanalyzer.Options{})
+	require.NoError(t, err)
+	require.True(t, report.Adoptable, "%+v", report.Findings)
+	require.Empty(t, report.Findings)
 
 	startGitTarget(t, m)
 	createConfigMap(t, ns, "marker", nil, nil, map[string]string{"k": "v"})
@@ -277,8 +283,36 @@ func TestExportProgressOnlyOnATerminal(t *testing.T) {
 	args := []string{"--namespaces", ns, "--api-groups", "", "--resources", "configmaps"}
 	quiet := exportAsAdmin(t, append(args, filepath.Join(t.TempDir(), "quiet"))...)
 	require.Empty(t, quiet.stderr, "not a terminal: nothing drawn")
-	require.Contains(t, quiet.stdout, "exported 3 objects of 1 resources")
+	require.Contains(t, quiet.stdout, "exported 3 objects of 1 resource")
 
 	shown := exportAsAdmin(t, append(args, "--progress", "always", filepath.Join(t.TempDir(), "shown"))...)
 	require.Regexp(t, `core/configmaps +3\n`, shown.stderr)
+}
+
+// A user who may not list a selected resource gets a warning naming it, not a failed export;
+// the resources they may list are exported.
+func TestExportSkipsForbiddenResources(t *testing.T) {
+	ns := "e2e-export-forbidden"
+	createNamespace(t, ns)
+	createConfigMap(t, ns, "visible", nil, nil, nil)
+	_, err := clientFor(t, "admin").RbacV1().Roles(ns).Create(context.Background(), &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "read-configmaps"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = clientFor(t, "admin").RbacV1().RoleBindings(ns).Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "carol-reads"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "read-configmaps"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "carol"}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	dir := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, "export", "--kubeconfig", kubeconfigFor(t, "carol"), "--namespaces", ns,
+		"--api-groups", "", "--resources", "configmaps,serviceaccounts", dir)
+	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, "warning: not exported, listing is forbidden: core/serviceaccounts in namespace "+ns)
+	require.Contains(t, r.stdout, "exported 1 object of 2 resources")
+	require.FileExists(t, filepath.Join(dir, ns, "core", "configmaps", "visible.yaml"))
+	require.Contains(t, r.stderr, "cannot read ConfigMap argocd/argocd-cm", "carol may not read argocd-cm: said, and the export goes on")
 }
