@@ -537,7 +537,10 @@ func (s *scanner) layout(file string, obj *unstructured.Unstructured, line int, 
 		wantGroup = CoreGroupDir
 	}
 	var wrong []string
-	if ns != wantNS {
+	switch {
+	case ns != wantNS && ref.Namespace == "":
+		wrong = append(wrong, fmt.Sprintf("namespace folder %q but no metadata.namespace (a namespaced object: set metadata.namespace: %s; a cluster-scoped one: move it under %s/)", ns, ns, ClusterScopeDir))
+	case ns != wantNS:
 		wrong = append(wrong, fmt.Sprintf("namespace folder %q, want %q", ns, wantNS))
 	}
 	if group != wantGroup {
@@ -557,7 +560,7 @@ func (s *scanner) layout(file string, obj *unstructured.Unstructured, line int, 
 		s.add(CodeResourceUnverified, file, 0, ref, "resource folder %q for kind %s, where %q was expected; check that it is the resource's plural name as the cluster serves it", resource, ref.Kind, g)
 	}
 	if len(wrong) > 0 {
-		s.add(CodeLayoutMismatch, file, line, ref, "the path does not name %s: %s; the writer would write it elsewhere and leave this file behind", describe(ref), strings.Join(wrong, ", "))
+		s.add(CodeLayoutMismatch, file, line, ref, "the path does not name %s: %s; the writer would not keep this file as it is", describe(ref), strings.Join(wrong, ", "))
 		return
 	}
 	if !single {
