@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -34,12 +33,8 @@ func kubescribeCLI(t *testing.T) string {
 			cliErr = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "kubescribe-cli-")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliPath = filepath.Join(dir, "kubescribe")
+		// Inside the stack's folder, which is removed with it after a passing run.
+		cliPath = filepath.Join(env.Dir, "bin", "kubescribe")
 		cmd := exec.Command("go", "build", "-o", cliPath, "./cmd/kubescribe")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
