@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
@@ -58,6 +59,16 @@ func openExportRepo(dir, author, committer string) (*exportRepo, error) {
 	}
 	if r.committer == nil {
 		r.committer = r.author
+	}
+	if r.author == nil {
+		// go-git falls back to user.name and user.email of the Git config; say now if there are none.
+		cfg, err := repo.ConfigScoped(config.SystemScope)
+		if err != nil {
+			return nil, fmt.Errorf("--commit: reading the Git config: %w", err)
+		}
+		if cfg.User.Name == "" || cfg.User.Email == "" {
+			return nil, errors.New(`--commit: the Git config has no user.name and user.email; pass --author "Name <email>"`)
+		}
 	}
 	return r, nil
 }
