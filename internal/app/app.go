@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/declared"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // HTTP limits shared by both listeners. Audit batches are large (about 1 MB for 400 events)
@@ -48,10 +48,14 @@ type App struct {
 	opts  Options
 	log   *slog.Logger
 	ready atomic.Bool
+	// life stops, newest first, every part that started.
+	life lifecycle
 
 	rdb        redis.UniversalClient
 	store      *attribution.Store
 	joiner     *attribution.Joiner
+	sources    *watch.Registry
+	router     *git.Router
 	controller *controller.Controller
 
 	auditLn, opsLn   net.Listener
@@ -60,7 +64,7 @@ type App struct {
 
 // New validates opts, builds every part and binds the listeners, so that a bad flag, an
 // unreadable certificate or a taken port fails here, before anything runs.
-func New(opts Options) (*App, error) {
+func New(opts Options) (_ *App, err error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -72,6 +76,12 @@ func New(opts Options) (*App, error) {
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	a := &App{opts: opts, log: opts.Logger}
+	// A failure part-way stops whatever started before it (the Redis client, a listener).
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, a.life.stop(context.Background()))
+		}
+	}()
 
 	tlsConfig, authn, err := a.auditSecurity()
 	if err != nil {
@@ -95,13 +105,8 @@ func New(opts Options) (*App, error) {
 	}
 
 	prefix, _ := keyspace.Parse(opts.RedisKeyPrefix) // validated above
-	// go-redis reports reconnects through a process-wide logger; send it to ours.
-	redis.SetLogger(redisLogger{a.log.With("component", "redis")})
-	a.rdb = redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:    []string{opts.RedisAddr},
-		Password: opts.RedisPassword,
-		DB:       opts.RedisDB,
-	})
+	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry)
+	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
 		Facts:   a.store,
@@ -112,16 +117,27 @@ func New(opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log})
+	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
+		Render:  declared.Manifest,
+		Emit:    func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
+		Logger:  a.log.With("component", "watch"),
+		Metrics: watch.NewMetrics(opts.Registry),
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The cluster kubescribe runs in is the first source cluster, under its audit route.
+	if _, err := a.sources.AddCluster(opts.ClusterName, dyn, memory.NewMemCacheClient(dc)); err != nil {
+		return nil, err
+	}
 	a.controller, err = controller.New(controller.Options{
-		Client:          dyn,
-		Kube:            kube,
-		SourceClient:    dyn,
-		SourceDiscovery: memory.NewMemCacheClient(dc),
-		Cluster:         opts.ClusterName,
-		Join:            a.joiner.Join,
-		Render:          declared.Manifest,
-		GitMetrics:      git.NewMetrics(opts.Registry),
-		Logger:          a.log, // the controller tags its own and its workers' loggers
+		Client:  dyn,
+		Kube:    kube,
+		Sources: a.sources,
+		Cluster: opts.ClusterName,
+		Router:  a.router,
+		Logger:  a.log, // the controller tags its own and its workers' loggers
 	})
 	if err != nil {
 		return nil, err
@@ -140,14 +156,29 @@ func New(opts Options) (*App, error) {
 	a.auditSrv = newServer(auditHandler, a.log)
 	a.auditSrv.TLSConfig = tlsConfig
 	a.opsSrv = newServer(a.opsHandler(), a.log)
-	if a.auditLn, err = net.Listen("tcp", opts.AuditListenAddress); err != nil {
-		return nil, fmt.Errorf("audit listener: %w", err)
+	if a.auditLn, err = a.listen("audit", opts.AuditListenAddress); err != nil {
+		return nil, err
 	}
-	if a.opsLn, err = net.Listen("tcp", opts.OpsListenAddress); err != nil {
-		_ = a.auditLn.Close()
-		return nil, fmt.Errorf("ops listener: %w", err)
+	if a.opsLn, err = a.listen("ops", opts.OpsListenAddress); err != nil {
+		return nil, err
 	}
 	return a, nil
+}
+
+// listen binds a listener and registers its close; once a server serves it, the server's
+// shutdown has closed it already.
+func (a *App) listen(name, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	a.life.onStop(name+" listener", func(context.Context) error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+	return ln, nil
 }
 
 // AuditAddr and OpsAddr are the bound addresses (useful with port 0).
@@ -238,78 +269,66 @@ func (a *App) readiness(ctx context.Context) error {
 	return nil
 }
 
-// Run serves until ctx ends, then shuts down in the order that loses nothing: stop the watches
-// (no new change enters), let pending changes find their authors while the audit endpoint
-// still receives facts, stop the audit endpoint, let the git workers commit and push, and
-// close Redis last. The whole shutdown is bounded by ShutdownTimeout.
+// Run serves until ctx ends, then shuts down in the order that loses nothing. Each part
+// registers its stop as it starts, so the shutdown is their reverse: stop the controller and
+// the watches (no new change enters), let pending changes find their authors while the audit
+// endpoint still receives facts, stop the audit endpoint, let the git workers commit and push,
+// stop the ops endpoint and close Redis last. The whole shutdown is bounded by ShutdownTimeout.
 func (a *App) Run(ctx context.Context) error {
-	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBackground()
-
-	var wg sync.WaitGroup
+	// Parts that must outlive ctx until their turn in the shutdown run under bg.
+	bg := context.WithoutCancel(ctx)
 	serveErr := make(chan error, 2)
-	serve := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("%s server: %w", name, err)
-			}
-		}()
-	}
-	serve("audit", func() error { return a.auditSrv.ServeTLS(a.auditLn, "", "") })
-	serve("ops", func() error { return a.opsSrv.Serve(a.opsLn) })
+	a.serve("ops server", a.opsSrv, serveErr, func() error { return a.opsSrv.Serve(a.opsLn) })
 
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = a.joiner.Run(bg) }()
+	a.router.Start(bg)
+	a.life.onStop("git workers", a.router.Stop)
+
+	joinCtx, stopJoin := context.WithCancel(bg)
+	joinDone := make(chan struct{})
+	go func() { defer close(joinDone); _ = a.joiner.Run(joinCtx) }()
+	a.life.onStop("attribution", func(context.Context) error { stopJoin(); <-joinDone; return nil })
+
+	a.serve("audit server", a.auditSrv, serveErr, func() error { return a.auditSrv.ServeTLS(a.auditLn, "", "") })
+	a.life.onStop("pending attributions", a.joiner.Wait)
+
+	a.sources.Start(bg)
+	a.life.onStop("watches", func(context.Context) error { a.sources.Stop(); return nil })
 
 	ctrlCtx, stopController := context.WithCancel(ctx)
-	defer stopController()
-	ctrlDone := make(chan error, 1)
-	go func() { ctrlDone <- a.controller.Run(ctrlCtx, a.opts.ControllerWorkers) }()
+	ctrlDone := make(chan struct{})
+	var ctrlErr error
+	go func() { defer close(ctrlDone); ctrlErr = a.controller.Run(ctrlCtx, a.opts.ControllerWorkers) }()
+	var runErr error
+	a.life.onStop("controller", func(context.Context) error {
+		stopController()
+		<-ctrlDone
+		if runErr != nil {
+			return nil // already reported as the reason of the shutdown
+		}
+		return ctrlErr
+	})
 
 	a.ready.Store(true)
 	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
 		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
 
-	var runErr error
-	ctrlStopped := false
 	select {
 	case <-ctx.Done():
 	case runErr = <-serveErr:
-	case runErr = <-ctrlDone:
-		ctrlStopped = true
+	case <-ctrlDone:
+		runErr = ctrlErr
 		if runErr == nil {
 			runErr = errors.New("controller stopped unexpectedly")
 		}
 	}
 	a.ready.Store(false)
 	a.log.Info("shutting down", "timeout", a.opts.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(bg, a.opts.ShutdownTimeout)
 	defer cancel()
-
-	var errs []error
-	step := func(name string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
-	}
-	stopController()
-	if !ctrlStopped {
-		step("controller", <-ctrlDone)
-	}
-	a.controller.StopWatches()
-	step("pending attributions", a.joiner.Wait(sctx))
-	step("audit server", a.auditSrv.Shutdown(sctx))
-	step("git workers", a.controller.StopWorkers(sctx))
-	step("ops server", a.opsSrv.Shutdown(sctx))
-	stopBackground()
-	wg.Wait()
-	step("redis", a.rdb.Close())
+	err := a.life.stop(sctx)
 	if runErr != nil {
-		errs = append([]error{runErr}, errs...)
+		err = errors.Join(runErr, err)
 	}
-	err := errors.Join(errs...)
 	if err != nil {
 		a.log.Error("stopped with errors", "err", err)
 	} else {
@@ -318,9 +337,19 @@ func (a *App) Run(ctx context.Context) error {
 	return err
 }
 
-// redisLogger adapts go-redis' internal logging (connection failures, reconnects) to slog.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, fmt.Sprintf(format, v...))
+// serve runs srv in the background and registers its graceful shutdown. A serving error other
+// than the shutdown itself is sent to errc.
+func (a *App) serve(name string, srv *http.Server, errc chan<- error, f func() error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("%s: %w", name, err)
+		}
+	}()
+	a.life.onStop(name, func(ctx context.Context) error {
+		err := srv.Shutdown(ctx)
+		<-done
+		return err
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,8 +29,18 @@ type Options struct {
 	// to /audit/<ClusterName>.
 	ClusterName string
 
-	// RedisAddr is host:port of Redis (required: attribution facts live there).
+	// RedisAddr is host:port of Redis (required: attribution facts live there), or a
+	// comma-separated list: the Sentinels with RedisMasterName, else the seed nodes of a Redis
+	// Cluster.
 	RedisAddr string
+	// RedisMasterName selects Sentinel: the name of the master the Sentinels at RedisAddr
+	// watch.
+	RedisMasterName string
+	// RedisCluster selects Redis Cluster with a single address (a configuration endpoint);
+	// several addresses select it anyway.
+	RedisCluster bool
+	// RedisUsername is the ACL user (Redis 6+); empty uses the default user.
+	RedisUsername string
 	// RedisPassword is held in memory only, never logged.
 	RedisPassword string
 	RedisDB       int
@@ -97,6 +108,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RedisDB < 0 {
 		bad("RedisDB", "must not be negative, got %d", o.RedisDB)
+	}
+	if o.RedisDB != 0 && (o.RedisCluster || strings.Contains(o.RedisAddr, ",") && o.RedisMasterName == "") {
+		bad("RedisDB", "must be 0 with Redis Cluster, which has a single database")
 	}
 	if o.AuditListenAddress == "" || o.OpsListenAddress == "" {
 		bad("AuditListenAddress/OpsListenAddress", "must be set")

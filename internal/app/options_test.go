@@ -1,9 +1,16 @@
 package app
 
 import (
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
 func validOptions() Options {
@@ -60,4 +67,46 @@ func TestNewFailsOnUnreadableCertificate(t *testing.T) {
 	o.TLSCertFile = "/nonexistent/tls.crt"
 	_, err := New(o)
 	require.ErrorContains(t, err, "loading the audit serving certificate")
+}
+
+func TestValidateRedisModes(t *testing.T) {
+	o := validOptions()
+	o.RedisAddr, o.RedisMasterName, o.RedisDB = "10.0.0.1:26379,10.0.0.2:26379", "mymaster", 1
+	require.NoError(t, o.Validate(), "Sentinel keeps database numbers")
+	o.RedisMasterName = ""
+	require.ErrorContains(t, o.Validate(), "must be 0 with Redis Cluster")
+	o.RedisAddr, o.RedisCluster = "10.0.0.1:6379", true
+	require.ErrorContains(t, o.Validate(), "must be 0 with Redis Cluster")
+}
+
+// TestNewReleasesWhatStartedOnFailure: New fails on a taken ops port after it bound the audit
+// listener and created the Redis client; both are released, so the audit port is free again.
+func TestNewReleasesWhatStartedOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := controlplane.NewCA("test")
+	require.NoError(t, err)
+	certPEM, keyPEM, err := ca.Issue("kubescribe", []string{"localhost"}, nil, false)
+	require.NoError(t, err)
+	o := validOptions()
+	o.TLSCertFile, o.TLSKeyFile, o.AuditTokenFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(o.TLSCertFile, certPEM, 0o600))
+	require.NoError(t, os.WriteFile(o.TLSKeyFile, keyPEM, 0o600))
+	require.NoError(t, os.WriteFile(o.AuditTokenFile, []byte("secret-token\n"), 0o600))
+	o.RestConfig = &rest.Config{Host: "https://127.0.0.1:1"}
+	o.Logger = slog.New(slog.DiscardHandler)
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	o.AuditListenAddress = free.Addr().String()
+	require.NoError(t, free.Close())
+	o.OpsListenAddress = taken.Addr().String()
+
+	_, err = New(o)
+	require.ErrorContains(t, err, "ops listener")
+	again, err := net.Listen("tcp", o.AuditListenAddress)
+	require.NoError(t, err, "the audit listener was not closed")
+	require.NoError(t, again.Close())
 }

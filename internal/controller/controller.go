@@ -1,7 +1,7 @@
-// Package controller reconciles kubescribe's CRDs (GitProvider, GitTarget, WatchRule) into the
-// running data flow: it starts one git branch worker per (provider, branch), routes each target's
-// attributed changes to its worker, and tells the watch manager which streams WatchRules want.
-// Every outcome is reported in the object's Ready condition.
+// Package controller turns kubescribe's CRDs (GitProvider, GitTarget, WatchRule) into desired
+// state: it tells the git router where each target's changes go and the watch side which
+// streams WatchRules want, and reads back what they report into status conditions. It does not
+// carry changes: those flow watch -> attribution -> git without passing through here.
 package controller
 
 import (
@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
-	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -49,18 +47,14 @@ type Options struct {
 	// Client reaches the cluster kubescribe runs in (the config plane: CRDs and Secrets).
 	Client dynamic.Interface
 	Kube   kubernetes.Interface
-	// SourceClient and SourceDiscovery reach the cluster whose objects are mirrored. Today that
-	// is the same cluster; remote source clusters are a later feature.
-	SourceClient    dynamic.Interface
-	SourceDiscovery discovery.DiscoveryInterface
+	// Sources holds the source clusters; WatchRules are resolved and watched in the entry
+	// named Cluster. Today that is the cluster kubescribe runs in; remote source clusters are a
+	// later feature.
+	Sources *watch.Registry
 	// Cluster is the audit route of the source cluster.
 	Cluster string
-	// Join attributes a change and hands the result to deliver.
-	Join func(c watch.Change, deliver func(attribution.AttributedChange))
-	// Render produces an object's declared form.
-	Render watch.Render
-	// GitMetrics may be nil.
-	GitMetrics *git.Metrics
+	// Router writes each target's changes to its branch; the controller routes targets.
+	Router *git.Router
 	// ProbeRemote checks that a repository answers with the given credentials. Test seam;
 	// defaults to git.Probe.
 	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
@@ -84,25 +78,17 @@ type key struct {
 // Controller is the CRD controller. Create it with New, run it with Run, and stop the data flow
 // it started with Drain.
 type Controller struct {
-	opts    Options
-	log     *slog.Logger
-	queue   workqueue.TypedRateLimitingInterface[key]
-	watches *watch.Manager
+	opts  Options
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[key]
 
 	factory   dynamicinformer.DynamicSharedInformerFactory
 	informers map[kind]cache.SharedIndexInformer
 
 	mu        sync.RWMutex
-	providers map[types.NamespacedName]*providerState // last settings that passed a check
+	providers map[types.NamespacedName]*git.Remote // last settings that passed a check
 	// providerReady holds the providers whose latest check passed.
 	providerReady map[types.NamespacedName]bool
-	routes        map[types.NamespacedName]route // Ready targets only
-	workers       map[workerKey]*runningWorker
-	pushes        map[types.NamespacedName]pushRecord
-
-	workerCtx    context.Context
-	stopWorkers  context.CancelFunc
-	workersGroup sync.WaitGroup
 }
 
 // New returns a Controller.
@@ -110,12 +96,12 @@ func New(opts Options) (*Controller, error) {
 	switch {
 	case opts.Client == nil || opts.Kube == nil:
 		return nil, errors.New("controller: Options.Client and Options.Kube are required")
-	case opts.SourceClient == nil || opts.SourceDiscovery == nil:
-		return nil, errors.New("controller: Options.SourceClient and Options.SourceDiscovery are required")
+	case opts.Sources == nil:
+		return nil, errors.New("controller: Options.Sources is required")
 	case opts.Cluster == "":
 		return nil, errors.New("controller: Options.Cluster is required")
-	case opts.Join == nil || opts.Render == nil:
-		return nil, errors.New("controller: Options.Join and Options.Render are required")
+	case opts.Router == nil:
+		return nil, errors.New("controller: Options.Router is required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -126,27 +112,14 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{
 		opts:          opts,
 		log:           opts.Logger,
-		providers:     map[types.NamespacedName]*providerState{},
+		providers:     map[types.NamespacedName]*git.Remote{},
 		providerReady: map[types.NamespacedName]bool{},
-		routes:        map[types.NamespacedName]route{},
-		workers:       map[workerKey]*runningWorker{},
-		pushes:        map[types.NamespacedName]pushRecord{},
 	}
 	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
 	// is retried patiently without starving the others.
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](time.Second, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "kubescribe"})
-	var err error
-	c.watches, err = watch.NewManager(watch.ManagerOptions{
-		Client: opts.SourceClient,
-		Render: opts.Render,
-		Emit:   func(ch watch.Change) { opts.Join(ch, c.deliver) },
-		Logger: opts.Logger.With("component", "watch"),
-	})
-	if err != nil {
-		return nil, err
-	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 0)
 	c.informers = map[kind]cache.SharedIndexInformer{
 		kindProvider: c.factory.ForResource(v1alpha1.GitProvidersResource).Informer(),
@@ -166,14 +139,10 @@ func New(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-// Run starts the informers and reconciles until ctx ends. The watches and git workers it started
-// keep running until Drain, so a shutdown can finish in-flight changes.
+// Run starts the informers and reconciles until ctx ends. The watches it asked for keep running
+// until the source registry stops, so a shutdown can finish in-flight changes.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
-	c.mu.Lock()
-	c.workerCtx, c.stopWorkers = context.WithCancel(context.WithoutCancel(ctx))
-	c.mu.Unlock()
-	c.watches.Start(context.WithoutCancel(ctx))
 
 	c.factory.Start(ctx.Done())
 	for k, inf := range c.informers {
@@ -186,6 +155,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	c.log.Info("controller caches synced", "workers", workers)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.followRouter(ctx) }()
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -211,25 +182,18 @@ func (c *Controller) Synced() bool {
 	return true
 }
 
-// StopWatches stops every watch stream: no new change enters the data flow after it returns.
-func (c *Controller) StopWatches() { c.watches.Stop() }
-
-// StopWorkers tells every git worker to commit what it holds and make a last push, and waits
-// for them until ctx ends.
-func (c *Controller) StopWorkers(ctx context.Context) error {
-	c.mu.Lock()
-	stop := c.stopWorkers
-	c.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	done := make(chan struct{})
-	go func() { c.workersGroup.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("git workers did not finish: %w", ctx.Err())
+// followRouter refreshes the status of the targets whose pushes the router reported (a push
+// landed or failed), so it shows without waiting for the periodic re-check.
+func (c *Controller) followRouter(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.opts.Router.Updates():
+			for _, name := range c.opts.Router.Changed() {
+				c.enqueue(kindTarget, name)
+			}
+		}
 	}
 }
 

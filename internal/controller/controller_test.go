@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
-	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -31,16 +31,15 @@ func TestNewValidatesOptions(t *testing.T) {
 			v1alpha1.GitTargetsResource:   "GitTargetList",
 			v1alpha1.WatchRulesResource:   "WatchRuleList",
 		})
-		_, dc := newDiscovery(nil)
+		sources, err := watch.NewRegistry(watch.RegistryOptions{Render: renderName, Emit: func(watch.Change) {}})
+		require.NoError(t, err)
 		return Options{
-			Client:          dyn,
-			Kube:            kubefake.NewClientset(),
-			SourceClient:    dyn,
-			SourceDiscovery: dc,
-			Cluster:         testCluster,
-			Join:            func(watch.Change, func(attribution.AttributedChange)) {},
-			Render:          renderName,
-			Logger:          slog.New(slog.DiscardHandler),
+			Client:  dyn,
+			Kube:    kubefake.NewClientset(),
+			Sources: sources,
+			Cluster: testCluster,
+			Router:  git.NewRouter(git.RouterOptions{}),
+			Logger:  slog.New(slog.DiscardHandler),
 		}
 	}
 	tests := []struct {
@@ -52,11 +51,9 @@ func TestNewValidatesOptions(t *testing.T) {
 		{name: "valid without logger and probe", mutate: func(o *Options) { o.Logger, o.ProbeRemote = nil, nil }},
 		{name: "no client", mutate: func(o *Options) { o.Client = nil }, wantErr: "Options.Client and Options.Kube are required"},
 		{name: "no kube", mutate: func(o *Options) { o.Kube = nil }, wantErr: "Options.Client and Options.Kube are required"},
-		{name: "no source client", mutate: func(o *Options) { o.SourceClient = nil }, wantErr: "Options.SourceClient and Options.SourceDiscovery are required"},
-		{name: "no source discovery", mutate: func(o *Options) { o.SourceDiscovery = nil }, wantErr: "Options.SourceClient and Options.SourceDiscovery are required"},
+		{name: "no sources", mutate: func(o *Options) { o.Sources = nil }, wantErr: "Options.Sources is required"},
 		{name: "no cluster", mutate: func(o *Options) { o.Cluster = "" }, wantErr: "Options.Cluster is required"},
-		{name: "no join", mutate: func(o *Options) { o.Join = nil }, wantErr: "Options.Join and Options.Render are required"},
-		{name: "no render", mutate: func(o *Options) { o.Render = nil }, wantErr: "Options.Join and Options.Render are required"},
+		{name: "no router", mutate: func(o *Options) { o.Router = nil }, wantErr: "Options.Router is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,11 +91,9 @@ func configMapChange(target, name string) watch.Change {
 // TestDeliverWithoutRoute: a change for a target that is not Ready (or unknown) is dropped.
 func TestDeliverWithoutRoute(t *testing.T) {
 	f := newFixture(t, fixtureConfig{})
-	require.NotPanics(t, func() { f.c.deliver(attributed(configMapChange("web", "settings"))) })
-	f.c.mu.RLock()
-	defer f.c.mu.RUnlock()
-	require.Empty(t, f.c.workers)
-	require.Empty(t, f.c.routes)
+	require.NotPanics(t, func() { f.router.Deliver(attributed(configMapChange("web", "settings"))) })
+	require.Zero(t, f.router.WorkerCount())
+	require.False(t, f.router.Routed(nn("web")))
 }
 
 // TestDeliverToRoutedTarget: a change for a Ready target reaches the worker of its branch,
@@ -120,10 +115,10 @@ func TestDeliverToRoutedTarget(t *testing.T) {
 	rt, ok := f.route("web")
 	require.True(t, ok)
 
-	f.c.deliver(attributed(configMapChange("web", "settings")))
-	f.c.deliver(attributed(configMapChange("unready", "dropped")))
-	f.c.deliver(attributed(configMapChange("unknown", "dropped-too")))
-	require.Equal(t, 1, rt.worker.worker.Status().Pending, "only the routed change is queued")
+	f.router.Deliver(attributed(configMapChange("web", "settings")))
+	f.router.Deliver(attributed(configMapChange("unready", "dropped")))
+	f.router.Deliver(attributed(configMapChange("unknown", "dropped-too")))
+	require.Equal(t, 1, rt.Worker.Status().Pending, "only the routed change is queued")
 
 	const file = "apps/web/team-a/core/configmaps/settings.yaml"
 	waitFor(t, 15*time.Second, "the pushed commit", func() bool {
@@ -132,12 +127,9 @@ func TestDeliverToRoutedTarget(t *testing.T) {
 	require.Equal(t, []string{file}, branchFiles(f.repoDir, "main"))
 	require.Equal(t, "alice", runGit(t, "", "--git-dir="+f.repoDir, "log", "-1", "--format=%an", "main"))
 	waitFor(t, 5*time.Second, "the push to be recorded", func() bool {
-		f.c.mu.RLock()
-		defer f.c.mu.RUnlock()
-		_, ok := f.c.pushes[nn("web")]
-		return ok
+		return f.router.TargetStatus(nn("web")).LastCommit != ""
 	})
-	require.Zero(t, rt.worker.worker.Status().Pending)
+	require.Zero(t, rt.Worker.Status().Pending)
 
 	require.NoError(t, f.syncTarget("web"))
 	got := f.target("web")

@@ -22,15 +22,6 @@ const probeTimeout = 30 * time.Second
 // maxCommitWindow is the longest commit window accepted, as the CRD schema says.
 const maxCommitWindow = time.Hour
 
-// providerState is what a Ready GitProvider gives its targets' workers.
-type providerState struct {
-	url       string
-	creds     git.Credentials
-	committer git.Signature
-	window    time.Duration
-	domain    string
-}
-
 // syncProvider validates a GitProvider's credentials and checks its repository answers.
 func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName) error {
 	var p v1alpha1.GitProvider
@@ -63,7 +54,7 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 
 // evaluateProvider returns the provider's state when Ready, else the reason. retry says the
 // failure may pass by itself (a network error) and deserves a backoff retry.
-func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (state *providerState, reason, msg string, retry bool) {
+func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (remote *git.Remote, reason, msg string, retry bool) {
 	// Credentials in the URL would end up in status messages and logs: refuse them, without
 	// repeating the URL.
 	if u, err := url.Parse(p.Spec.URL); err != nil || u.User != nil {
@@ -79,12 +70,13 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 		return nil, reason, msg, retry
 	}
 	committer := p.GetCommitter()
-	state = &providerState{
-		url:       p.Spec.URL,
-		creds:     creds,
-		committer: git.Signature{Name: committer.Name, Email: committer.Email},
-		window:    p.GetCommitWindow(),
-		domain:    p.GetAuthorEmailDomain(),
+	remote = &git.Remote{
+		Provider:          types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
+		URL:               p.Spec.URL,
+		Credentials:       creds,
+		Committer:         git.Signature{Name: committer.Name, Email: committer.Email},
+		CommitWindow:      p.GetCommitWindow(),
+		AuthorEmailDomain: p.GetAuthorEmailDomain(),
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -97,7 +89,7 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 		}
 		return nil, v1alpha1.ReasonRemoteUnreachable, err.Error(), true
 	}
-	return state, v1alpha1.ReasonReady, fmt.Sprintf("repository %s is reachable", p.Spec.URL), false
+	return remote, v1alpha1.ReasonReady, fmt.Sprintf("repository %s is reachable", p.Spec.URL), false
 }
 
 // providerCredentials reads the provider's Secret. Credentials stay in memory; they are never
@@ -138,15 +130,26 @@ func (c *Controller) providerCredentials(ctx context.Context, p *v1alpha1.GitPro
 // workers use; a failed one only marks the provider not Ready. The last settings that worked
 // stay in use, so a remote that is down during a re-check, or a Secret being rotated, does not
 // stop the workers holding unpushed commits, nor the watches feeding them.
-func (c *Controller) setProvider(name types.NamespacedName, state *providerState) {
+func (c *Controller) setProvider(name types.NamespacedName, remote *git.Remote) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if state == nil {
+	if remote == nil {
 		delete(c.providerReady, name)
 		return
 	}
-	c.providers[name] = state
+	c.providers[name] = remote
 	c.providerReady[name] = true
+}
+
+// providerRemote is the last settings of a provider that worked.
+func (c *Controller) providerRemote(name types.NamespacedName) (git.Remote, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r, ok := c.providers[name]
+	if !ok {
+		return git.Remote{}, false
+	}
+	return *r, true
 }
 
 // hasProvider reports whether a provider has settings that worked once.

@@ -180,10 +180,10 @@ func TestSyncProvider(t *testing.T) {
 			require.Equal(t, tt.wantStatus == metav1.ConditionTrue, ready, "provider marked Ready for its targets")
 			require.Equal(t, ready, known, "settings are kept once a check passed")
 			if ready {
-				require.Equal(t, remoteURL, state.url)
-				require.Equal(t, *tt.wantCreds, state.creds)
-				require.Equal(t, git.Signature{Name: v1alpha1.DefaultCommitterName, Email: v1alpha1.DefaultCommitterEmail}, state.committer)
-				require.Equal(t, v1alpha1.DefaultAuthorEmailDomain, state.domain)
+				require.Equal(t, remoteURL, state.URL)
+				require.Equal(t, *tt.wantCreds, state.Credentials)
+				require.Equal(t, git.Signature{Name: v1alpha1.DefaultCommitterName, Email: v1alpha1.DefaultCommitterEmail}, state.Committer)
+				require.Equal(t, v1alpha1.DefaultAuthorEmailDomain, state.AuthorEmailDomain)
 			}
 		})
 	}
@@ -202,7 +202,7 @@ func TestSyncProviderLosesReadiness(t *testing.T) {
 		defer f.c.mu.RUnlock()
 		return f.c.providerReady[nn("git")]
 	}
-	settings := func() *providerState {
+	settings := func() *git.Remote {
 		f.c.mu.RLock()
 		defer f.c.mu.RUnlock()
 		return f.c.providers[nn("git")]

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
-	"github.com/kubescribe/kubescribe/internal/git"
 )
 
 func credsSecret() runtime.Object {
@@ -100,15 +99,14 @@ func TestSyncTarget(t *testing.T) {
 
 			rt, routed := f.route("web")
 			require.Equal(t, tt.wantStatus == metav1.ConditionTrue, routed, "a Ready target, and only one, is routed")
-			f.c.mu.RLock()
-			workers := len(f.c.workers)
-			f.c.mu.RUnlock()
+			workers := f.router.WorkerCount()
 			if !routed {
 				require.Zero(t, workers, "no git worker runs for a target that is not Ready")
 				return
 			}
-			require.Equal(t, tt.target.Spec.Path, rt.path)
-			require.Equal(t, workerKey{provider: nn("git"), branch: tt.target.Spec.Branch}, rt.worker.key)
+			require.Equal(t, tt.target.Spec.Path, rt.Path)
+			require.Equal(t, nn("git"), rt.Remote.Provider)
+			require.Equal(t, tt.target.Spec.Branch, rt.Branch)
 			require.Equal(t, 1, workers)
 		})
 	}
@@ -135,11 +133,7 @@ func TestSyncTargetFollowsProvider(t *testing.T) {
 		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
 		secrets: []runtime.Object{credsSecret()},
 	})
-	workers := func() int {
-		f.c.mu.RLock()
-		defer f.c.mu.RUnlock()
-		return len(f.c.workers)
-	}
+	workers := f.router.WorkerCount
 	require.NoError(t, f.syncProvider("git"))
 	require.NoError(t, f.syncTarget("web"))
 	before, routed := f.route("web")
@@ -154,7 +148,7 @@ func TestSyncTargetFollowsProvider(t *testing.T) {
 		`GitProvider "git" is not Ready`, "last settings that worked")
 	after, routed := f.route("web")
 	require.True(t, routed, "changes keep flowing with the last settings that worked")
-	require.Same(t, before.worker, after.worker)
+	require.Same(t, before.Worker, after.Worker)
 	require.Equal(t, 1, workers())
 
 	f.probe.setErr(nil)
@@ -200,10 +194,10 @@ func TestSyncTargetSharesBranchWorkers(t *testing.T) {
 	web, _ := f.route("web")
 	db, _ := f.route("db")
 	staging, _ := f.route("staging")
-	require.Same(t, web.worker, db.worker)
-	require.NotSame(t, web.worker, staging.worker)
-	require.Equal(t, "apps/web", web.path)
-	require.Equal(t, "apps/db", db.path)
+	require.Same(t, web.Worker, db.Worker)
+	require.NotSame(t, web.Worker, staging.Worker)
+	require.Equal(t, "apps/web", web.Path)
+	require.Equal(t, "apps/db", db.Path)
 
 	// The token is rotated: the running worker takes the new credentials in place, keeping
 	// what it holds; both targets stay on it.
@@ -216,9 +210,9 @@ func TestSyncTargetSharesBranchWorkers(t *testing.T) {
 	require.NoError(t, f.syncTarget("web"))
 	web2, _ := f.route("web")
 	db2, _ := f.route("db")
-	require.Same(t, web.worker, web2.worker, "a credentials rotation keeps the worker")
-	require.Same(t, web2.worker, db2.worker)
-	require.Equal(t, testPassword+"-rotated", web2.worker.state.creds.Password)
+	require.Same(t, web.Worker, web2.Worker, "a credentials rotation keeps the worker")
+	require.Same(t, web2.Worker, db2.Worker)
+	require.Equal(t, testPassword+"-rotated", web2.Remote.Credentials.Password)
 
 	// Another commit window needs a new worker: the next target sync on the branch starts it
 	// for both targets at once.
@@ -235,11 +229,9 @@ func TestSyncTargetSharesBranchWorkers(t *testing.T) {
 	require.NoError(t, f.syncTarget("web"))
 	web3, _ := f.route("web")
 	db3, _ := f.route("db")
-	require.NotSame(t, web2.worker, web3.worker)
-	require.Same(t, web3.worker, db3.worker, "the other target on the branch moves to the new worker")
-	f.c.mu.RLock()
-	require.Len(t, f.c.workers, 2)
-	f.c.mu.RUnlock()
+	require.NotSame(t, web2.Worker, web3.Worker)
+	require.Same(t, web3.Worker, db3.Worker, "the other target on the branch moves to the new worker")
+	require.Equal(t, 2, f.router.WorkerCount())
 }
 
 // TestSyncTargetReportsPushFailure: a target whose worker cannot reach the repository is
@@ -254,7 +246,7 @@ func TestSyncTargetReportsPushFailure(t *testing.T) {
 	require.NoError(t, f.syncTarget("web"))
 	rt, routed := f.route("web")
 	require.True(t, routed)
-	require.Eventually(t, func() bool { return rt.worker.worker.Status().LastError != nil }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return rt.Worker.Status().LastError != nil }, 10*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, f.syncTarget("web"))
 	got := f.target("web")
@@ -262,23 +254,6 @@ func TestSyncTargetReportsPushFailure(t *testing.T) {
 	require.Equal(t, &v1alpha1.Destination{Branch: "main"}, got.Status.ObservedDestination)
 	_, routed = f.route("web")
 	require.True(t, routed, "a target whose pushes fail keeps its route: changes queue up")
-}
-
-// TestSyncTargetRecordsPushes: a push reported by a worker shows in the status of the targets
-// it carried commits for.
-func TestSyncTargetRecordsPushes(t *testing.T) {
-	f := newFixture(t, fixtureConfig{
-		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
-		secrets: []runtime.Object{credsSecret()},
-	})
-	require.NoError(t, f.syncProvider("git"))
-	const sha = "0123456789abcdef0123456789abcdef01234567"
-	f.c.onPushed(git.PushResult{Commits: []git.CommitInfo{{SHA: sha, Target: nn("web")}}})
-	require.NoError(t, f.syncTarget("web"))
-	got := f.target("web")
-	require.Equal(t, sha, got.Status.LastCommit)
-	require.NotNil(t, got.Status.LastPushTime)
-	require.WithinDuration(t, time.Now(), got.Status.LastPushTime.Time, time.Minute)
 }
 
 // TestSyncTargetZeroCommitWindow: a GitProvider with commitWindow "0s" (the CRD now rejects
@@ -303,42 +278,30 @@ func TestSyncTargetZeroCommitWindow(t *testing.T) {
 		"provider: %s %s %q; target: %s %s %q", p.Status, p.Reason, p.Message, tg.Status, tg.Reason, tg.Message)
 }
 
-// TestSyncTargetWorkerNotStoppedByConcurrentSync replays an interleaving of two reconcile
-// workers (the application runs two): target web's sync starts the branch worker; then the sync
-// of another target that is not Ready unroutes it and stops the workers no route uses. The
-// worker web was routed to must survive, because web's route was recorded together with it.
-func TestSyncTargetWorkerNotStoppedByConcurrentSync(t *testing.T) {
+// TestSyncTargetForgetsDeletedTargetPushes: a push shows in the target's status; a GitTarget
+// that is deleted and created again (for example on another provider) starts without the last
+// push of its predecessor.
+func TestSyncTargetForgetsDeletedTargetPushes(t *testing.T) {
 	f := newFixture(t, fixtureConfig{
-		objects: []runtime.Object{newProvider("git", bareRepo), newTarget("web", "git", "main", "")},
+		objects: []runtime.Object{newProvider("git", bareRepo, func(p *v1alpha1.GitProvider) {
+			p.Spec.CommitWindow = &metav1.Duration{Duration: 10 * time.Millisecond}
+		}), newTarget("web", "git", "main", "")},
 		secrets: []runtime.Object{credsSecret()},
 	})
-	require.NoError(t, f.syncProvider("git"))
+	f.makeReady()
+	f.router.Deliver(attributed(configMapChange("web", "settings")))
+	waitFor(t, 15*time.Second, "the push to be recorded", func() bool {
+		return f.router.TargetStatus(nn("web")).LastCommit != ""
+	})
+	require.NoError(t, f.syncTarget("web"))
+	require.NotEmpty(t, f.target("web").Status.LastCommit)
 
-	var web v1alpha1.GitTarget
-	exists, err := f.c.get(kindTarget, nn("web"), &web)
-	require.NoError(t, err)
-	require.True(t, exists)
-	rt, reason, _ := f.c.routeTarget(nn("web"), &web) // reconcile worker 1, syncTarget(web)
-	require.Equal(t, v1alpha1.ReasonReady, reason)
-	f.c.mu.Lock()
-	f.c.setRouteLocked(nn("other"), nil) // reconcile worker 2, syncTarget(other) of a target that is not Ready
-	f.c.mu.Unlock()
-
-	f.c.mu.RLock()
-	running := f.c.workers[rt.worker.key]
-	routed := f.c.routes[nn("web")]
-	f.c.mu.RUnlock()
-	require.True(t, running == rt.worker, "web is routed to a worker that was stopped")
-	require.True(t, routed.worker == rt.worker)
-}
-
-// TestSyncTargetForgetsDeletedTargetPushes: a GitTarget that is deleted and created again (for
-// example on another provider) starts without the last push of its predecessor.
-func TestSyncTargetForgetsDeletedTargetPushes(t *testing.T) {
-	f := newFixture(t, fixtureConfig{})
-	const sha = "0123456789abcdef0123456789abcdef01234567"
-	f.c.onPushed(git.PushResult{Commits: []git.CommitInfo{{SHA: sha, Target: nn("web")}}})
-	require.NoError(t, f.syncTarget("web")) // web was deleted
+	require.NoError(t, f.dyn.Resource(v1alpha1.GitTargetsResource).Namespace(testNS).Delete(context.Background(), "web", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, exists, _ := f.c.informers[kindTarget].GetIndexer().GetByKey(nn("web").String())
+		return !exists
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, f.c.syncTarget(f.ctx, nn("web"))) // web was deleted
 
 	_, err := f.dyn.Resource(v1alpha1.GitTargetsResource).Namespace(testNS).Create(context.Background(),
 		toUnstructured(t, newTarget("web", "elsewhere", "main", "")), metav1.CreateOptions{})

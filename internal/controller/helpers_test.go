@@ -327,6 +327,8 @@ type fixture struct {
 	probe   *fakeProbe
 	joined  *joinRecorder
 	logs    *lockedBuffer
+	router  *git.Router
+	sources *watch.Registry
 	c       *Controller
 	repoDir string // the bare repository GitProviders with URL bareRepo write to
 }
@@ -374,16 +376,27 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		logs:    &lockedBuffer{},
 		repoDir: repoDir,
 	}
+	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f.router = git.NewRouter(git.RouterOptions{Logger: log})
+	f.router.Start(context.Background())
+	sources, err := watch.NewRegistry(watch.RegistryOptions{
+		Render: renderName,
+		Emit:   func(ch watch.Change) { f.joined.join(ch, f.router.Deliver) },
+		Logger: log,
+	})
+	require.NoError(t, err)
+	_, err = sources.AddCluster(testCluster, source, dc)
+	require.NoError(t, err)
+	sources.Start(context.Background())
+	f.sources = sources
 	c, err := New(Options{
-		Client:          dyn,
-		Kube:            kube,
-		SourceClient:    source,
-		SourceDiscovery: dc,
-		Cluster:         testCluster,
-		Join:            f.joined.join,
-		Render:          renderName,
-		ProbeRemote:     f.probe.probe,
-		Logger:          slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Client:      dyn,
+		Kube:        kube,
+		Sources:     sources,
+		Cluster:     testCluster,
+		Router:      f.router,
+		ProbeRemote: f.probe.probe,
+		Logger:      log,
 	})
 	require.NoError(t, err)
 	f.c = c
@@ -399,10 +412,10 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		case <-time.After(30 * time.Second):
 			t.Error("Run did not return after its context ended")
 		}
-		c.StopWatches()
+		f.sources.Stop()
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer scancel()
-		require.NoError(t, c.StopWorkers(sctx))
+		require.NoError(t, f.router.Stop(sctx))
 		require.NotContains(t, f.logs.String(), testPassword, "the controller logged the password")
 	})
 	require.Eventually(t, c.Synced, 10*time.Second, 5*time.Millisecond, "controller caches did not sync")
@@ -476,11 +489,8 @@ func (f *fixture) watchRule(name string) v1alpha1.WatchRule {
 }
 
 // route returns the target's route, if it has one.
-func (f *fixture) route(name string) (route, bool) {
-	f.c.mu.RLock()
-	defer f.c.mu.RUnlock()
-	rt, ok := f.c.routes[nn(name)]
-	return rt, ok
+func (f *fixture) route(name string) (git.RouteInfo, bool) {
+	return f.router.RouteOf(nn(name))
 }
 
 // readyCondition returns the Ready condition, failing the test when there is none.

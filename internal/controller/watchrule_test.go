@@ -306,7 +306,7 @@ func TestSyncRuleFollowsTarget(t *testing.T) {
 	got := f.watchRule("cms")
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonTargetNotReady)
 	require.Empty(t, got.Status.Resources)
-	synced, err := f.c.watches.Status(nn("cms").String())
+	synced, err := f.sources.Cluster(testCluster).Status(nn("cms").String())
 	require.True(t, synced, "no stream is left for the rule")
 	require.NoError(t, err)
 
@@ -330,7 +330,36 @@ func TestSyncRuleProgressingIsUnknown(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// resolveRules
+// resolveRules: the controller's selectors resolved by watch.Resolve, as a WatchRule sees them.
+
+type resolvedResource struct {
+	gvr schema.GroupVersionResource
+	ops []watch.Op
+}
+
+type ignoredResources struct{ res watch.Resolution }
+
+func (i ignoredResources) describe() string { return describeIgnored(i.res) }
+
+func (i ignoredResources) list(gvrs []schema.GroupVersionResource) []string {
+	out := []string{}
+	for _, gvr := range gvrs {
+		out = append(out, v1alpha1.FormatResource(gvr))
+	}
+	return out
+}
+
+func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule) ([]resolvedResource, ignoredResources, error) {
+	res, err := watch.Resolve(dc, selectors(rules), true)
+	var out []resolvedResource
+	for _, r := range res.Resources {
+		out = append(out, resolvedResource{gvr: r.GVR, ops: r.Operations})
+	}
+	slices.SortFunc(out, func(a, b resolvedResource) int {
+		return strings.Compare(v1alpha1.FormatResource(a.gvr), v1alpha1.FormatResource(b.gvr))
+	})
+	return out, ignoredResources{res}, err
+}
 
 // rawLists is discovery as rawDiscovery hands it over: with subresources and resources that
 // cannot be listed or watched, which resolveRules must skip itself.
@@ -448,7 +477,7 @@ func TestResolveRules(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fd, _ := newDiscovery(nil)
 			resolved, ignored, err := resolveRules(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, tt.rules)
-			skipped := ignored.clusterScoped
+			skipped := ignored.list(ignored.res.ClusterScoped)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, resolvedMap(resolved))
 			require.Len(t, resolved, len(tt.want), "each resource once")
@@ -472,7 +501,7 @@ func TestResolveRulesPreferredVersions(t *testing.T) {
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{apiResource("configmaps", true, listWatch...)}},
 	})
 	resolved, ignored, err := resolveRules(dc, []v1alpha1.ResourceRule{rule([]string{"batch"}, []string{"*"})})
-	skipped := ignored.clusterScoped
+	skipped := ignored.list(ignored.res.ClusterScoped)
 	require.NoError(t, err)
 	require.Empty(t, skipped)
 	require.Equal(t, map[string][]watch.Op{
@@ -539,7 +568,7 @@ func TestResolveRulesNeverSelectsSecrets(t *testing.T) {
 		for _, r := range resolved {
 			require.NotEqual(t, "secrets", r.gvr.Resource)
 		}
-		require.Equal(t, []string{"v1/secrets"}, ignored.secrets)
+		require.Equal(t, []string{"v1/secrets"}, ignored.list(ignored.res.Secrets))
 		require.Contains(t, ignored.describe(), "Secrets are never mirrored")
 	}
 }

@@ -22,6 +22,7 @@ type Metrics struct {
 	pushDuration prometheus.Histogram
 	pending      prometheus.Gauge
 	dropped      prometheus.Counter
+	unrouted     prometheus.Counter
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -48,6 +49,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dropped: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_dropped_changes_total",
 			Help: "Changes submitted to a git worker after its shutdown began; they are never committed.",
+		}),
+		unrouted: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_unrouted_changes_total",
+			Help: "Changes dropped because their GitTarget had no destination (not Ready) when they arrived.",
 		}),
 	}
 	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
@@ -78,5 +83,11 @@ func (m *Metrics) addPending(n int) {
 func (m *Metrics) changeDropped() {
 	if m != nil {
 		m.dropped.Inc()
+	}
+}
+
+func (m *Metrics) changeUnrouted() {
+	if m != nil {
+		m.unrouted.Inc()
 	}
 }

@@ -1,0 +1,46 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRedisHookReportsFailures: a Redis that does not answer shows in the client's own
+// metrics and log, not in a process-global logger.
+func TestRedisHookReportsFailures(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	o := validOptions()
+	o.RedisAddr = addr
+	rdb := newRedisClient(o, slog.New(slog.NewTextHandler(&logs, nil)), reg)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.Error(t, rdb.Ping(ctx).Err())
+	require.Error(t, rdb.Ping(ctx).Err())
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kubescribe_redis_requests_total Round trips to Redis by kind (command or pipeline) and result (ok or error; a missing key is ok).
+# TYPE kubescribe_redis_requests_total counter
+kubescribe_redis_requests_total{kind="command",result="error"} 2
+kubescribe_redis_requests_total{kind="command",result="ok"} 0
+kubescribe_redis_requests_total{kind="pipeline",result="error"} 0
+kubescribe_redis_requests_total{kind="pipeline",result="ok"} 0
+`), "kubescribe_redis_requests_total"))
+	require.Contains(t, logs.String(), "cannot connect to Redis")
+	require.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("cannot connect to Redis")), "dial failures are logged at most every 10s")
+}

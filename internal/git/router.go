@@ -1,0 +1,397 @@
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// Remote is the repository a GitProvider names and how kubescribe writes to it. Every target
+// of one provider shares it.
+type Remote struct {
+	// Provider identifies the settings; targets of one provider on one branch share a worker.
+	Provider          types.NamespacedName
+	URL               string
+	Credentials       Credentials
+	Committer         Signature
+	CommitWindow      time.Duration
+	AuthorEmailDomain string
+}
+
+// Destination is where one GitTarget's changes go: a branch and a folder of a Remote.
+type Destination struct {
+	Remote Remote
+	Branch string
+	// Path is the target's folder; "" is the repository root.
+	Path string
+}
+
+// TargetStatus is what the router knows of one target's writes.
+type TargetStatus struct {
+	// Routed is true while the target has a destination.
+	Routed bool
+	// URL and Branch of the worker the target is routed to.
+	URL, Branch string
+	// LastCommit is the newest pushed commit that carried the target's changes, and LastPush
+	// when that push finished; empty until the first.
+	LastCommit string
+	LastPush   time.Time
+	// LastError is the worker's last remote error (nil after a successful push); Pending the
+	// changes it holds that are not on the remote yet. Both are per worker, shared by the
+	// targets on its branch.
+	LastError error
+	Pending   int
+}
+
+// RouterOptions configures a Router.
+type RouterOptions struct {
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Logger is the base logger; workers add component, url and branch.
+	Logger *slog.Logger
+	// newWorker builds a worker; test seam, defaults to NewWorker.
+	newWorker func(Options) (*Worker, error)
+}
+
+// workerKey names the single writer of one branch of one provider's repository.
+type workerKey struct {
+	provider types.NamespacedName
+	branch   string
+}
+
+type runningWorker struct {
+	key    workerKey
+	remote Remote
+	worker *Worker
+	cancel context.CancelFunc
+}
+
+type route struct {
+	worker *runningWorker
+	path   string
+}
+
+type pushRecord struct {
+	sha  string
+	time time.Time
+}
+
+// Router owns the git side of the data path: which branch worker writes each GitTarget's
+// changes, the workers' lifecycle, and what their pushes reported. Deliver is the data path;
+// Route and Unroute are how the controller declares where targets go, TargetStatus and Updates
+// how it reads back what happened. Nothing in the router calls into the controller.
+type Router struct {
+	opts RouterOptions
+	log  *slog.Logger
+
+	mu      sync.RWMutex
+	ctx     context.Context // workers run under it; nil before Start
+	stopAll context.CancelFunc
+	group   sync.WaitGroup
+	routes  map[types.NamespacedName]route
+	workers map[workerKey]*runningWorker
+	pushes  map[types.NamespacedName]pushRecord
+
+	updMu   sync.Mutex
+	updated map[types.NamespacedName]struct{}
+	signal  chan struct{}
+}
+
+// NewRouter returns a Router; workers start once Start was called.
+func NewRouter(opts RouterOptions) *Router {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.newWorker == nil {
+		opts.newWorker = NewWorker
+	}
+	return &Router{
+		opts:    opts,
+		log:     opts.Logger.With("component", "git"),
+		routes:  map[types.NamespacedName]route{},
+		workers: map[workerKey]*runningWorker{},
+		pushes:  map[types.NamespacedName]pushRecord{},
+		updated: map[types.NamespacedName]struct{}{},
+		signal:  make(chan struct{}, 1),
+	}
+}
+
+// Start lets the router run workers under ctx. Workers outlive the caller's cancellation only
+// until Stop: ctx should not be the one whose end starts a shutdown.
+func (r *Router) Start(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ctx, r.stopAll = context.WithCancel(ctx)
+}
+
+// Stop tells every worker to commit what it holds and make a last push, and waits for them
+// until ctx ends.
+func (r *Router) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	stop := r.stopAll
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	done := make(chan struct{})
+	go func() { r.group.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("git workers did not finish: %w", ctx.Err())
+	}
+}
+
+// Route sends target's changes to dest, starting its branch worker when none runs, and
+// replacing one that runs with other settings. Rotated credentials are taken in place, so the
+// worker keeps what it holds.
+func (r *Router) Route(target types.NamespacedName, dest Destination) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, err := r.ensureWorkerLocked(workerKey{provider: dest.Remote.Provider, branch: dest.Branch}, dest.Remote)
+	if err != nil {
+		r.setRouteLocked(target, nil)
+		return err
+	}
+	r.setRouteLocked(target, &route{worker: w, path: dest.Path})
+	return nil
+}
+
+// Unroute stops writing target's changes; a worker no target uses any more commits what it
+// holds, pushes and stops. forget also drops what the router recorded of the target's pushes
+// (a deleted target; one re-created with its name starts afresh).
+func (r *Router) Unroute(target types.NamespacedName, forget bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setRouteLocked(target, nil)
+	if forget {
+		delete(r.pushes, target)
+	}
+}
+
+// Routed reports whether target has a destination.
+func (r *Router) Routed(target types.NamespacedName) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.routes[target]
+	return ok
+}
+
+// TargetStatus reports what the router knows of target's writes.
+func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
+	r.mu.RLock()
+	rt, routed := r.routes[target]
+	push, pushed := r.pushes[target]
+	r.mu.RUnlock()
+	var st TargetStatus
+	if pushed {
+		st.LastCommit, st.LastPush = push.sha, push.time
+	}
+	if routed {
+		ws := rt.worker.worker.Status()
+		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
+		st.LastError, st.Pending = ws.LastError, ws.Pending
+	}
+	return st
+}
+
+// Updates signals that the status of some targets changed (a push landed or failed); Changed
+// then says which. Updates is never closed.
+func (r *Router) Updates() <-chan struct{} { return r.signal }
+
+// Changed returns, and forgets, the targets whose status changed since the last call.
+func (r *Router) Changed() []types.NamespacedName {
+	r.updMu.Lock()
+	defer r.updMu.Unlock()
+	out := make([]types.NamespacedName, 0, len(r.updated))
+	for t := range r.updated {
+		out = append(out, t)
+	}
+	clear(r.updated)
+	return out
+}
+
+func (r *Router) notify(targets ...types.NamespacedName) {
+	if len(targets) == 0 {
+		return
+	}
+	r.updMu.Lock()
+	for _, t := range targets {
+		r.updated[t] = struct{}{}
+	}
+	r.updMu.Unlock()
+	select {
+	case r.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Deliver hands an attributed change to its target's worker. The read lock is held across
+// Submit (which never blocks): a worker is replaced or stopped only under the write lock, so a
+// change is handed either to the old worker before it is told to stop, and is part of what it
+// commits and pushes on its way out, or to its successor.
+func (r *Router) Deliver(ac attribution.AttributedChange) {
+	if ac.Op == watch.OpSweep {
+		return // the writer does not sweep folders yet
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	rt, ok := r.routes[ac.Target]
+	if !ok {
+		r.opts.Metrics.changeUnrouted()
+		r.log.Warn("change dropped: its GitTarget is not Ready", "target", ac.Target.String(),
+			"resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
+		return
+	}
+	rt.worker.worker.Submit(rt.path, ac)
+}
+
+// ensureWorkerLocked returns the running worker for k, replacing one started with other
+// settings. r.mu must be held.
+func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker, error) {
+	old, replacing := r.workers[k]
+	if replacing {
+		if reflect.DeepEqual(old.remote, remote) {
+			return old, nil
+		}
+		withOldCreds := remote
+		withOldCreds.Credentials = old.remote.Credentials
+		if reflect.DeepEqual(old.remote, withOldCreds) {
+			if err := old.worker.SetCredentials(remote.Credentials); err != nil {
+				return nil, err
+			}
+			old.remote.Credentials = remote.Credentials
+			return old, nil
+		}
+		r.stopWorkerLocked(old)
+	}
+	if r.ctx == nil {
+		return nil, errors.New("the git router is not running")
+	}
+	w, err := r.opts.newWorker(Options{
+		URL:               remote.URL,
+		Branch:            k.branch,
+		Credentials:       remote.Credentials,
+		Committer:         remote.Committer,
+		CommitWindow:      remote.CommitWindow,
+		AuthorEmailDomain: remote.AuthorEmailDomain,
+		Logger:            r.opts.Logger.With("provider", k.provider.String()),
+		Metrics:           r.opts.Metrics,
+		OnPushed:          r.onPushed,
+		OnFailed:          func(error) { r.notify(r.targetsOf(k)...) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	rw := &runningWorker{key: k, remote: remote, worker: w, cancel: cancel}
+	r.workers[k] = rw
+	r.group.Add(1)
+	go func() {
+		defer r.group.Done()
+		if err := w.Run(ctx); err != nil {
+			r.log.Error("git worker stopped", "provider", k.provider.String(), "branch", k.branch, "err", err)
+		}
+	}()
+	if replacing {
+		// Other targets on this branch switch to the new worker at once, so no change is
+		// handed to the stopping one.
+		for name, rt := range r.routes {
+			if rt.worker == old {
+				rt.worker = rw
+				r.routes[name] = rt
+			}
+		}
+	}
+	r.log.Info("started git worker", "provider", k.provider.String(), "branch", k.branch, "url", remote.URL)
+	return rw, nil
+}
+
+// stopWorkerLocked asks a worker to commit and push what it holds, then stop.
+func (r *Router) stopWorkerLocked(rw *runningWorker) {
+	rw.cancel()
+	delete(r.workers, rw.key)
+	r.log.Info("stopping git worker", "provider", rw.key.provider.String(), "branch", rw.key.branch)
+}
+
+// setRouteLocked records (or with nil removes) a target's route and stops workers no route
+// uses. r.mu must be held.
+func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
+	if rt == nil {
+		delete(r.routes, target)
+	} else {
+		r.routes[target] = *rt
+	}
+	used := map[*runningWorker]bool{}
+	for _, rt := range r.routes {
+		used[rt.worker] = true
+	}
+	for _, rw := range r.workers {
+		if !used[rw] {
+			r.stopWorkerLocked(rw)
+		}
+	}
+}
+
+// onPushed records the last commit of each target a push carried.
+func (r *Router) onPushed(res PushResult) {
+	now := time.Now()
+	targets := make([]types.NamespacedName, 0, len(res.Commits))
+	r.mu.Lock()
+	for _, ci := range res.Commits {
+		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now}
+		targets = append(targets, ci.Target)
+	}
+	r.mu.Unlock()
+	r.notify(targets...)
+}
+
+// targetsOf lists the targets a worker writes for.
+func (r *Router) targetsOf(k workerKey) []types.NamespacedName {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var names []types.NamespacedName
+	for name, rt := range r.routes {
+		if rt.worker.key == k {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// RouteInfo describes a target's route, for status and tests.
+type RouteInfo struct {
+	Remote Remote
+	Branch string
+	Path   string
+	// Worker is the branch worker the target's changes go to.
+	Worker *Worker
+}
+
+// RouteOf reports target's route.
+func (r *Router) RouteOf(target types.NamespacedName) (RouteInfo, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	rt, ok := r.routes[target]
+	if !ok {
+		return RouteInfo{}, false
+	}
+	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Worker: rt.worker.worker}, true
+}
+
+// WorkerCount is the number of running branch workers.
+func (r *Router) WorkerCount() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.workers)
+}

@@ -1,0 +1,110 @@
+package git
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+func testRemote(url string) Remote {
+	return Remote{
+		Provider:          types.NamespacedName{Namespace: "team-a", Name: "git"},
+		URL:               url,
+		Committer:         Signature{Name: "kubescribe", Email: "kubescribe@example.com"},
+		CommitWindow:      10 * time.Millisecond,
+		AuthorEmailDomain: "users.example.com",
+	}
+}
+
+func startRouter(t *testing.T) *Router {
+	t.Helper()
+	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler)})
+	r.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	return r
+}
+
+// TestRouterDeliversAndRecordsPushes: a routed target's change is committed into its folder and
+// pushed; the push shows in the target's status and is signalled; an unrouted change is dropped.
+func TestRouterDeliversAndRecordsPushes(t *testing.T) {
+	dir, url := newBareRemote(t)
+	r := startRouter(t)
+	require.NoError(t, r.Route(tenants, Destination{Remote: testRemote(url), Branch: "main", Path: "clusters/prod"}))
+	require.True(t, r.Routed(tenants))
+	require.Equal(t, 1, r.WorkerCount())
+
+	other := types.NamespacedName{Namespace: "team-a", Name: "other"}
+	dropped := cmChange(watch.OpCreate, "shop", "nowhere", "x")
+	dropped.Target = other
+	r.Deliver(by("bob", "a0", dropped))
+	r.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "shop", "settings", "v1")))
+
+	select {
+	case <-r.Updates():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no update signalled after the push")
+	}
+	require.Equal(t, []types.NamespacedName{tenants}, r.Changed())
+	st := r.TargetStatus(tenants)
+	require.Equal(t, runGit(t, "", "--git-dir="+dir, "rev-parse", "refs/heads/main"), st.LastCommit)
+	require.False(t, st.LastPush.IsZero())
+	require.Equal(t, url, st.URL)
+	require.Zero(t, st.Pending)
+	require.Equal(t, []string{"clusters/prod/shop/core/configmaps/settings.yaml"}, gitFiles(t, dir, "main"))
+	require.False(t, r.TargetStatus(other).Routed)
+
+	// Unrouting keeps the push record; forgetting drops it, and the unused worker stops.
+	r.Unroute(tenants, false)
+	require.Equal(t, st.LastCommit, r.TargetStatus(tenants).LastCommit)
+	require.Zero(t, r.WorkerCount())
+	r.Unroute(tenants, true)
+	require.Empty(t, r.TargetStatus(tenants).LastCommit)
+}
+
+// TestRouterKeepsWorkerOfRoutedTarget: unrouting one target stops only workers no route uses,
+// so a worker another target was just routed to keeps running; targets of one provider branch
+// share one worker, and rotated credentials are taken in place.
+func TestRouterKeepsWorkerOfRoutedTarget(t *testing.T) {
+	_, url := newBareRemote(t)
+	r := startRouter(t)
+	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
+	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
+	remote := testRemote(url)
+	require.NoError(t, r.Route(web, Destination{Remote: remote, Branch: "main", Path: "web"}))
+	r.Unroute(types.NamespacedName{Namespace: "team-a", Name: "unready"}, false)
+	require.NoError(t, r.Route(db, Destination{Remote: remote, Branch: "main", Path: "db"}))
+	w1, _ := r.RouteOf(web)
+	w2, _ := r.RouteOf(db)
+	require.Same(t, w1.Worker, w2.Worker)
+	require.Equal(t, 1, r.WorkerCount())
+
+	remote.Credentials = Credentials{Username: "git", Password: "rotated"}
+	require.NoError(t, r.Route(web, Destination{Remote: remote, Branch: "main", Path: "web"}))
+	w3, _ := r.RouteOf(db)
+	require.Same(t, w1.Worker, w3.Worker, "a credentials rotation keeps the worker")
+	require.Equal(t, "rotated", w3.Remote.Credentials.Password)
+
+	remote.CommitWindow = time.Second
+	require.NoError(t, r.Route(web, Destination{Remote: remote, Branch: "main", Path: "web"}))
+	w4, _ := r.RouteOf(db)
+	require.NotSame(t, w1.Worker, w4.Worker, "other settings replace the worker for every target on the branch")
+	require.Equal(t, 1, r.WorkerCount())
+}
+
+// TestRouterNotStarted: routing before Start fails and leaves the target unrouted.
+func TestRouterNotStarted(t *testing.T) {
+	r := NewRouter(RouterOptions{})
+	err := r.Route(tenants, Destination{Remote: testRemote("file:///nonexistent"), Branch: "main"})
+	require.ErrorContains(t, err, "not running")
+	require.False(t, r.Routed(tenants))
+}

@@ -1,0 +1,48 @@
+package watch
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Metrics of the watch side. One Metrics serves every cluster of a Registry.
+type Metrics struct {
+	events    *prometheus.CounterVec
+	informers *prometheus.GaugeVec
+}
+
+// NewMetrics creates the watch metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		events: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_events_total",
+			Help: "Objects delivered by the informers (initial lists and watch events), by cluster, resource and type (create, update, delete), before deduplication.",
+		}, []string{"cluster", "resource", "type"}),
+		informers: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubescribe_watch_informers",
+			Help: "Running informers, by cluster: one per (resource, namespace scope), shared by every GitTarget that selects it.",
+		}, []string{"cluster"}),
+	}
+}
+
+func (m *Metrics) observed(cluster string, gvr schema.GroupVersionResource, op Op) {
+	if m != nil {
+		m.events.WithLabelValues(cluster, resourceLabel(gvr), string(op)).Inc()
+	}
+}
+
+func (m *Metrics) setInformers(cluster string, n int) {
+	if m != nil {
+		m.informers.WithLabelValues(cluster).Set(float64(n))
+	}
+}
+
+// resourceLabel is "<resource>.<group>" ("configmaps" for the core group).
+func resourceLabel(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Resource
+	}
+	return gvr.Resource + "." + gvr.Group
+}

@@ -1,0 +1,269 @@
+// Package watch owns the source side of the data flow, per cluster: a Registry holds one entry
+// per source cluster (keyed by its audit route) with that cluster's clients, its discovery
+// catalog, its shared informers and rule resolution. Owners (WatchRules) declare the streams
+// they want; one informer runs per (resource, namespace scope) of a cluster, shared by every
+// GitTarget that selects it, and each observed change leaves as a Change in declared form.
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+)
+
+// StreamSpec says what one GitTarget wants of one resource of a cluster.
+type StreamSpec struct {
+	// Target is the GitTarget the changes go to.
+	Target types.NamespacedName
+	GVR    schema.GroupVersionResource
+	// Namespace limits the stream to one namespace; "" watches all (cluster-scoped resources).
+	Namespace string
+	// Operations selects which operations are emitted; empty means all.
+	Operations []Op
+}
+
+// key identifies a stream: one target's view of one informer.
+func (s StreamSpec) key() string {
+	return fmt.Sprintf("%s|%s|%s", s.Target, s.GVR, s.Namespace)
+}
+
+func (s StreamSpec) informer() informerKey { return informerKey{gvr: s.GVR, namespace: s.Namespace} }
+
+// Render turns a live object into its declared-form manifest.
+type Render func(*unstructured.Unstructured) ([]byte, error)
+
+// RegistryOptions configures a Registry.
+type RegistryOptions struct {
+	// Render produces the declared form of an object.
+	Render Render
+	// Emit receives every change of every cluster. It must not block for long: it is called
+	// from the informers' handlers.
+	Emit    func(Change)
+	Logger  *slog.Logger
+	Metrics *Metrics // may be nil
+	// Cursors holds the streams' resume cursors. nil: no resume; every start hands each
+	// GitTarget the whole state as a snapshot and sweeps its folder.
+	Cursors cursorSource
+}
+
+// Registry holds the source clusters. The local cluster is its first entry; a remote cluster
+// is one more.
+type Registry struct {
+	opts RegistryOptions
+
+	mu       sync.Mutex
+	ctx      context.Context // nil before Start
+	clusters map[string]*Cluster
+}
+
+// NewRegistry returns a Registry; informers start once Start was called.
+func NewRegistry(opts RegistryOptions) (*Registry, error) {
+	switch {
+	case opts.Render == nil:
+		return nil, errors.New("watch: RegistryOptions.Render is required")
+	case opts.Emit == nil:
+		return nil, errors.New("watch: RegistryOptions.Emit is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Registry{opts: opts, clusters: map[string]*Cluster{}}, nil
+}
+
+// AddCluster registers a source cluster under its audit route. The discovery client should
+// cache (a discovery.CachedDiscoveryInterface is invalidated when a resource is not found).
+func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discovery.DiscoveryInterface) (*Cluster, error) {
+	if name == "" || client == nil || dc == nil {
+		return nil, errors.New("watch: a cluster needs a name, a dynamic client and a discovery client")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.clusters[name]; ok {
+		return nil, fmt.Errorf("watch: cluster %q is already registered", name)
+	}
+	c := &Cluster{
+		name:      name,
+		client:    client,
+		discovery: dc,
+		opts:      r.opts,
+		log:       r.opts.Logger.With("cluster", name),
+		owners:    map[string][]StreamSpec{},
+		informers: map[informerKey]*sharedInformer{},
+	}
+	r.clusters[name] = c
+	if r.ctx != nil {
+		c.start(r.ctx)
+	}
+	return c, nil
+}
+
+// Cluster returns the entry of a source cluster, or nil.
+func (r *Registry) Cluster(name string) *Cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusters[name]
+}
+
+// Start makes every cluster run its informers under ctx.
+func (r *Registry) Start(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ctx = ctx
+	for _, c := range r.clusters {
+		c.start(ctx)
+	}
+}
+
+// Stop stops every informer of every cluster and waits for them: no change is emitted after it
+// returns.
+func (r *Registry) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.clusters {
+		c.stop()
+	}
+}
+
+// Cluster is one source cluster's entry: its clients, discovery catalog and informers, and the
+// streams its owners want.
+type Cluster struct {
+	name      string
+	client    dynamic.Interface
+	discovery discovery.DiscoveryInterface
+	opts      RegistryOptions
+	log       *slog.Logger
+
+	mu        sync.Mutex
+	ctx       context.Context
+	stopped   bool
+	owners    map[string][]StreamSpec
+	informers map[informerKey]*sharedInformer
+}
+
+// Name is the cluster's audit route.
+func (c *Cluster) Name() string { return c.name }
+
+func (c *Cluster) start(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ctx = ctx
+	c.reconcileLocked()
+}
+
+func (c *Cluster) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	for k, inf := range c.informers {
+		inf.stop()
+		delete(c.informers, k)
+	}
+	c.owners = map[string][]StreamSpec{}
+	c.opts.Metrics.setInformers(c.name, 0)
+}
+
+// Set declares the streams owner wants, replacing what it wanted before.
+func (c *Cluster) Set(owner string, specs []StreamSpec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.owners[owner] = specs
+	c.reconcileLocked()
+}
+
+// Remove forgets owner; informers nobody else wants stop.
+func (c *Cluster) Remove(owner string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.owners, owner)
+	c.reconcileLocked()
+}
+
+// Status reports whether every stream owner wants has delivered its initial state, and the
+// first watch error among them.
+func (c *Cluster) Status(owner string) (synced bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	synced = true
+	for _, spec := range c.owners[owner] {
+		inf, ok := c.informers[spec.informer()]
+		if !ok {
+			return false, nil
+		}
+		ok, ierr := inf.status(spec.Target)
+		synced = synced && ok
+		if err == nil {
+			err = ierr
+		}
+	}
+	return synced, err
+}
+
+// reconcileLocked makes the running informers and their subscriptions match what the owners
+// want. Two owners wanting the same target and resource share one subscription whose
+// operations are the union.
+func (c *Cluster) reconcileLocked() {
+	if c.ctx == nil || c.stopped {
+		return
+	}
+	want := map[informerKey]map[types.NamespacedName][]Op{}
+	for _, specs := range c.owners {
+		for _, spec := range specs {
+			ik := spec.informer()
+			subs := want[ik]
+			if subs == nil {
+				subs = map[types.NamespacedName][]Op{}
+				want[ik] = subs
+			}
+			if prev, ok := subs[spec.Target]; ok {
+				subs[spec.Target] = unionOps(prev, spec.Operations)
+			} else {
+				subs[spec.Target] = slices.Clone(spec.Operations)
+			}
+		}
+	}
+	for k, inf := range c.informers {
+		if _, ok := want[k]; !ok {
+			inf.stop()
+			delete(c.informers, k)
+			c.log.Info("stopped watch", "resource", k.gvr.String(), "namespace", k.namespace)
+		}
+	}
+	for k, subs := range want {
+		inf, ok := c.informers[k]
+		if !ok {
+			inf = newSharedInformer(c.client, c.name, k, c.opts, c.log)
+			c.informers[k] = inf
+			inf.run(c.ctx)
+			c.log.Info("started watch", "resource", k.gvr.String(), "namespace", k.namespace)
+		}
+		inf.setSubscriptions(subs)
+	}
+	c.opts.Metrics.setInformers(c.name, len(c.informers))
+}
+
+// unionOps merges two operation sets; empty means all and absorbs the other.
+func unionOps(a, b []Op) []Op {
+	if len(a) == 0 || len(b) == 0 {
+		return nil
+	}
+	out := slices.Clone(a)
+	for _, op := range b {
+		if !slices.Contains(out, op) {
+			out = append(out, op)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
