@@ -29,6 +29,9 @@ type plan struct {
 
 	// sha is the materialized commit, zero while the plan has no commit yet.
 	sha plumbing.Hash
+	// objects are the objects the materialization wrote (blobs, trees, the commit): what a push
+	// of this commit sends, whatever the size of the repository.
+	objects []packObject
 	// counted is set once the plan was counted in kubescribe_git_commits_total.
 	counted bool
 }
@@ -221,6 +224,22 @@ func (n *editNode) add(p string, leaf *editNode) {
 // those paths, not on the size of the repository.
 type treeBuilder struct {
 	s storer.EncodedObjectStorer
+	// created, when set, collects every object written, each with the object it replaces at
+	// the same path (a delta base the remote has, or zero).
+	created *[]packObject
+}
+
+// packObject is an object a commit created, and the object it replaced at the same path (zero
+// for none): the remote holds that one, so a push may send the new one as a delta against it.
+type packObject struct {
+	hash plumbing.Hash
+	base plumbing.Hash
+}
+
+func (tb treeBuilder) record(h, base plumbing.Hash) {
+	if tb.created != nil {
+		*tb.created = append(*tb.created, packObject{hash: h, base: base})
+	}
 }
 
 func (tb treeBuilder) writeBlob(content []byte) (plumbing.Hash, error) {
@@ -238,7 +257,11 @@ func (tb treeBuilder) writeBlob(content []byte) (plumbing.Hash, error) {
 	if err := w.Close(); err != nil {
 		return plumbing.ZeroHash, err
 	}
-	return tb.s.SetEncodedObject(obj)
+	h, err := tb.s.SetEncodedObject(obj)
+	if err == nil {
+		tb.record(h, plumbing.ZeroHash)
+	}
+	return h, err
 }
 
 // apply returns the hash of tree (zero = no tree) with the edits of n applied; zero when the
@@ -302,17 +325,22 @@ func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, err
 	if len(out) == 0 {
 		return plumbing.ZeroHash, nil
 	}
-	return tb.writeTree(out)
+	return tb.writeTree(out, tree)
 }
 
-func (tb treeBuilder) writeTree(entries []object.TreeEntry) (plumbing.Hash, error) {
+// writeTree stores a tree of entries; base is the tree it replaces (zero for none).
+func (tb treeBuilder) writeTree(entries []object.TreeEntry, base plumbing.Hash) (plumbing.Hash, error) {
 	slices.SortFunc(entries, compareEntries)
 	t := &object.Tree{Entries: entries}
 	obj := tb.s.NewEncodedObject()
 	if err := t.Encode(obj); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
 	}
-	return tb.s.SetEncodedObject(obj)
+	h, err := tb.s.SetEncodedObject(obj)
+	if err == nil && h != base {
+		tb.record(h, base)
+	}
+	return h, err
 }
 
 // compareEntries orders tree entries as Git does: a directory sorts as if its name ended in
@@ -340,7 +368,10 @@ func entrySortByte(e object.TreeEntry, i int) int {
 
 // materialize writes p as a commit on parent (zero = first commit of the branch). It returns
 // ok=false, and writes no commit, when p changes nothing in the parent's tree.
+// On success it records in p.objects what it wrote.
 func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer object.Signature) (sha plumbing.Hash, ok bool, err error) {
+	var created []packObject
+	tb.created = &created
 	var base plumbing.Hash
 	if !parent.IsZero() {
 		c, err := object.GetCommit(tb.s, parent)
@@ -368,7 +399,7 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	}
 	if tree.IsZero() {
 		// Everything was deleted: the branch goes on with an empty tree.
-		if tree, err = tb.writeTree(nil); err != nil {
+		if tree, err = tb.writeTree(nil, base); err != nil {
 			return plumbing.ZeroHash, false, err
 		}
 		if tree == base {
@@ -392,5 +423,7 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	if err != nil {
 		return plumbing.ZeroHash, false, fmt.Errorf("store commit: %w", err)
 	}
+	tb.record(sha, plumbing.ZeroHash)
+	p.objects = created
 	return sha, true, nil
 }

@@ -22,6 +22,9 @@ type Metrics struct {
 	pushDuration prometheus.Histogram
 	pending      prometheus.Gauge
 	dropped      prometheus.Counter
+	pushBytesTot prometheus.Counter
+	unpushed     prometheus.Gauge
+	storeObjects prometheus.Gauge
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -48,6 +51,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dropped: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_dropped_changes_total",
 			Help: "Changes submitted to a git worker after its shutdown began; they are never committed.",
+		}),
+		pushBytesTot: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_push_bytes_total",
+			Help: "Bytes of the packs sent by push attempts, whatever their result.",
+		}),
+		unpushed: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_git_unpushed_commits",
+			Help: "Commits (and closed commit windows) of running git workers not on the remote yet.",
+		}),
+		storeObjects: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_git_store_objects",
+			Help: "Objects held in the in-memory working stores of running git workers.",
 		}),
 	}
 	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
@@ -78,5 +93,23 @@ func (m *Metrics) addPending(n int) {
 func (m *Metrics) changeDropped() {
 	if m != nil {
 		m.dropped.Inc()
+	}
+}
+
+func (m *Metrics) pushBytes(n int) {
+	if m != nil {
+		m.pushBytesTot.Add(float64(n))
+	}
+}
+
+func (m *Metrics) addUnpushed(n int) {
+	if m != nil && n != 0 {
+		m.unpushed.Add(float64(n))
+	}
+}
+
+func (m *Metrics) addStoreObjects(n int) {
+	if m != nil && n != 0 {
+		m.storeObjects.Add(float64(n))
 	}
 }
