@@ -2,7 +2,6 @@ package git
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"net/url"
 	"strings"
@@ -212,18 +211,16 @@ func (w *Worker) remoteAuth() (transport.AuthMethod, []byte) {
 // uses them. Rotating a token this way keeps everything the worker holds, including commits
 // that failed to push with the old one. The credentials are validated as NewWorker does.
 func (w *Worker) SetCredentials(c Credentials) error {
-	if len(c.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(c.CABundle) {
-		return errors.New("git: Credentials.CABundle holds no PEM certificate")
+	auth, err := authFor(w.opts.URL, c)
+	if err != nil {
+		return err
 	}
 	w.credsMu.Lock()
 	if w.creds.Password != "" && w.creds.Password != c.Password {
 		w.retired = append(w.retired, w.creds.Password)
 	}
 	w.creds = c
-	w.auth = nil
-	if isHTTP(w.opts.URL) && !c.empty() {
-		w.auth = c.basicAuth()
-	}
+	w.auth = auth
 	w.credsMu.Unlock()
 	w.log.Info("credentials replaced; the next remote operation uses them")
 	return nil

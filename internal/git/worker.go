@@ -170,11 +170,9 @@ func NewWorker(opts Options) (*Worker, error) {
 	w.pushFn = w.pushOnce
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
 	w.creds = opts.Credentials
-	if isHTTP(opts.URL) && !opts.Credentials.empty() {
-		w.auth = opts.Credentials.basicAuth()
-		if strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
-			w.log.Warn("credentials are sent over plain http; use https")
-		}
+	w.auth, _ = authFor(opts.URL, opts.Credentials) // validate checked it
+	if isHTTP(opts.URL) && !opts.Credentials.empty() && strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
+		w.log.Warn("credentials are sent over plain http; use https")
 	}
 	return w, nil
 }
