@@ -1,10 +1,14 @@
 package git
 
 import (
+	"bytes"
 	"cmp"
+	"crypto/sha1" //nolint:gosec // Git object names are SHA-1.
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -227,6 +231,43 @@ type treeBuilder struct {
 	// created, when set, collects every object written, each with the object it replaces at
 	// the same path (a delta base the remote has, or zero).
 	created *[]packObject
+	// trees, when set, keeps the parsed entries of the trees the last commit wrote: the next
+	// commit, built on it, edits them without parsing them again.
+	trees *treeCache
+}
+
+// treeCache holds the parsed entries of the trees of the newest commit built.
+type treeCache struct {
+	last, next map[plumbing.Hash][]rawEntry
+}
+
+func newTreeCache() *treeCache { return &treeCache{last: map[plumbing.Hash][]rawEntry{}} }
+
+func (c *treeCache) get(h plumbing.Hash) ([]rawEntry, bool) {
+	if c == nil {
+		return nil, false
+	}
+	e, ok := c.last[h]
+	return e, ok
+}
+
+func (c *treeCache) put(h plumbing.Hash, e []rawEntry) {
+	if c != nil && c.next != nil {
+		c.next[h] = e
+	}
+}
+
+// begin starts a commit; commit makes its trees the cached ones.
+func (c *treeCache) begin() {
+	if c != nil {
+		c.next = map[plumbing.Hash][]rawEntry{}
+	}
+}
+
+func (c *treeCache) commit() {
+	if c != nil && c.next != nil {
+		c.last, c.next = c.next, nil
+	}
 }
 
 // packObject is an object a commit created, and the object it replaced at the same path (zero
@@ -243,67 +284,97 @@ func (tb treeBuilder) record(h, base plumbing.Hash) {
 }
 
 func (tb treeBuilder) writeBlob(content []byte) (plumbing.Hash, error) {
-	obj := tb.s.NewEncodedObject()
-	obj.SetType(plumbing.BlobObject)
-	obj.SetSize(int64(len(content)))
-	w, err := obj.Writer()
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if _, err := w.Write(content); err != nil {
-		_ = w.Close()
-		return plumbing.ZeroHash, err
-	}
-	if err := w.Close(); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	h, err := tb.s.SetEncodedObject(obj)
+	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.BlobObject, content))
 	if err == nil {
 		tb.record(h, plumbing.ZeroHash)
 	}
 	return h, err
 }
 
+// rawEntry is one entry of a tree, its name pointing into the tree's raw content.
+type rawEntry struct {
+	name []byte
+	mode filemode.FileMode
+	hash plumbing.Hash
+}
+
+func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
+
+// readTree returns the entries of tree, in their stored (Git) order.
+func (tb treeBuilder) readTree(tree plumbing.Hash) ([]rawEntry, error) {
+	obj, err := tb.s.EncodedObject(plumbing.TreeObject, tree)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", tree, err)
+	}
+	raw, err := readObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]rawEntry, 0, bytes.Count(raw, []byte{0}))
+	for len(raw) > 0 {
+		sp := bytes.IndexByte(raw, ' ')
+		nul := bytes.IndexByte(raw, 0)
+		if sp < 0 || nul < sp || len(raw) < nul+1+hashSize {
+			return nil, fmt.Errorf("tree %s is malformed", tree)
+		}
+		mode, err := strconv.ParseUint(string(raw[:sp]), 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s has a malformed mode", tree)
+		}
+		e := rawEntry{name: raw[sp+1 : nul], mode: filemode.FileMode(mode)}
+		copy(e.hash[:], raw[nul+1:nul+1+hashSize])
+		entries = append(entries, e)
+		raw = raw[nul+1+hashSize:]
+	}
+	return entries, nil
+}
+
+const hashSize = 20
+
 // apply returns the hash of tree (zero = no tree) with the edits of n applied; zero when the
 // result is empty, so that empty directories vanish.
 func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, error) {
-	var entries []object.TreeEntry
-	if !tree.IsZero() {
-		t, err := object.GetTree(tb.s, tree)
-		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", tree, err)
+	var entries []rawEntry
+	if cached, ok := tb.trees.get(tree); ok && !tree.IsZero() {
+		entries = slices.Clone(cached)
+	} else if !tree.IsZero() {
+		var err error
+		if entries, err = tb.readTree(tree); err != nil {
+			return plumbing.ZeroHash, err
 		}
-		entries = append(entries, t.Entries...)
 	}
-	index := make(map[string]int, len(entries))
-	for i, e := range entries {
-		index[e.Name] = i
+	find := func(name string) int {
+		for i := range entries {
+			if string(entries[i].name) == name {
+				return i
+			}
+		}
+		return -1
 	}
-	removed := map[string]bool{}
-	set := func(e object.TreeEntry) {
-		delete(removed, e.Name)
-		if i, ok := index[e.Name]; ok {
+	inserted, removed := false, false
+	set := func(i int, e rawEntry) {
+		if i >= 0 {
 			entries[i] = e
 			return
 		}
-		index[e.Name] = len(entries)
 		entries = append(entries, e)
+		inserted = true
 	}
 	for name, child := range n.children {
-		i, exists := index[name]
+		i := find(name)
 		if child.isFile() {
 			if child.del {
-				if exists && entries[i].Mode != filemode.Dir {
-					removed[name] = true
+				if i >= 0 && !entries[i].isDir() {
+					entries[i].hash, removed = plumbing.ZeroHash, true
 				}
 				continue
 			}
-			set(object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: child.blob})
+			set(i, rawEntry{name: []byte(name), mode: filemode.Regular, hash: child.blob})
 			continue
 		}
 		var sub plumbing.Hash
-		if exists && entries[i].Mode == filemode.Dir {
-			sub = entries[i].Hash
+		if i >= 0 && entries[i].isDir() {
+			sub = entries[i].hash
 		}
 		h, err := tb.apply(sub, child)
 		if err != nil {
@@ -311,59 +382,132 @@ func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, err
 		}
 		switch {
 		case !h.IsZero():
-			set(object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
-		case exists && entries[i].Mode == filemode.Dir:
-			removed[name] = true
+			set(i, rawEntry{name: []byte(name), mode: filemode.Dir, hash: h})
+		case i >= 0 && entries[i].isDir():
+			entries[i].hash, removed = plumbing.ZeroHash, true
 		}
 	}
-	out := entries[:0]
-	for _, e := range entries {
-		if !removed[e.Name] {
-			out = append(out, e)
+	if removed {
+		out := entries[:0]
+		for _, e := range entries {
+			if !e.hash.IsZero() {
+				out = append(out, e)
+			}
 		}
+		entries = out
 	}
-	if len(out) == 0 {
+	if len(entries) == 0 {
 		return plumbing.ZeroHash, nil
 	}
-	return tb.writeTree(out, tree)
+	if inserted {
+		slices.SortFunc(entries, compareEntries)
+	}
+	return tb.writeTree(entries, tree)
 }
 
-// writeTree stores a tree of entries; base is the tree it replaces (zero for none).
-func (tb treeBuilder) writeTree(entries []object.TreeEntry, base plumbing.Hash) (plumbing.Hash, error) {
-	slices.SortFunc(entries, compareEntries)
-	t := &object.Tree{Entries: entries}
-	obj := tb.s.NewEncodedObject()
-	if err := t.Encode(obj); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
+// writeTree stores a tree of entries, which are in Git order; base is the tree it replaces
+// (zero for none).
+func (tb treeBuilder) writeTree(entries []rawEntry, base plumbing.Hash) (plumbing.Hash, error) {
+	size := 0
+	for _, e := range entries {
+		size += 7 + len(e.name) + 1 + hashSize
 	}
-	h, err := tb.s.SetEncodedObject(obj)
+	buf := make([]byte, 0, size)
+	for _, e := range entries {
+		buf = appendMode(buf, e.mode)
+		buf = append(buf, ' ')
+		buf = append(buf, e.name...)
+		buf = append(buf, 0)
+		buf = append(buf, e.hash[:]...)
+	}
+	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, buf))
 	if err == nil && h != base {
 		tb.record(h, base)
+	}
+	if err == nil && len(entries) > 0 && tb.trees != nil {
+		// Cache the entries, their names now pointing into buf, which the stored object keeps
+		// unchanged. entries is the caller's own slice, not used after this.
+		off := 0
+		var scratch [12]byte
+		for i := range entries {
+			off += len(appendMode(scratch[:0], entries[i].mode)) + 1
+			n := len(entries[i].name)
+			entries[i].name = buf[off : off+n : off+n]
+			off += n + 1 + hashSize
+		}
+		tb.trees.put(h, entries)
 	}
 	return h, err
 }
 
+// appendMode appends a tree entry mode as Git writes it (octal, no leading zero).
+func appendMode(b []byte, m filemode.FileMode) []byte {
+	switch m {
+	case filemode.Regular:
+		return append(b, "100644"...)
+	case filemode.Dir:
+		return append(b, "40000"...)
+	case filemode.Executable:
+		return append(b, "100755"...)
+	default:
+		return strconv.AppendUint(b, uint64(m), 8)
+	}
+}
+
 // compareEntries orders tree entries as Git does: a directory sorts as if its name ended in
 // '/'. It does not allocate, unlike building the suffixed names.
-func compareEntries(a, b object.TreeEntry) int {
-	an, bn := a.Name, b.Name
-	n := min(len(an), len(bn))
-	if c := strings.Compare(an[:n], bn[:n]); c != 0 {
+func compareEntries(a, b rawEntry) int {
+	n := min(len(a.name), len(b.name))
+	if c := bytes.Compare(a.name[:n], b.name[:n]); c != 0 {
 		return c
 	}
 	return cmp.Compare(entrySortByte(a, n), entrySortByte(b, n))
 }
 
 // entrySortByte is the byte at index i of the entry's sort name, -1 past its end.
-func entrySortByte(e object.TreeEntry, i int) int {
+func entrySortByte(e rawEntry, i int) int {
 	switch {
-	case i < len(e.Name):
-		return int(e.Name[i])
-	case i == len(e.Name) && e.Mode == filemode.Dir:
+	case i < len(e.name):
+		return int(e.name[i])
+	case i == len(e.name) && e.isDir():
 		return '/'
 	default:
 		return -1
 	}
+}
+
+// rawObject is an object the worker wrote: its content and hash, computed once with SHA-1
+// (the objects are ours, so go-git's collision-detecting SHA-1 is not needed for them).
+type rawObject struct {
+	h    plumbing.Hash
+	t    plumbing.ObjectType
+	cont []byte
+}
+
+func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
+	hd := sha1.New() //nolint:gosec // Git object names are SHA-1.
+	var hdr [32]byte
+	b := append(hdr[:0], t.Bytes()...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(cont)), 10)
+	b = append(b, 0)
+	hd.Write(b)
+	hd.Write(cont)
+	o := &rawObject{t: t, cont: cont}
+	copy(o.h[:], hd.Sum(nil))
+	return o
+}
+
+func (o *rawObject) Hash() plumbing.Hash         { return o.h }
+func (o *rawObject) Type() plumbing.ObjectType   { return o.t }
+func (o *rawObject) SetType(plumbing.ObjectType) {}
+func (o *rawObject) Size() int64                 { return int64(len(o.cont)) }
+func (o *rawObject) SetSize(int64)               {}
+func (o *rawObject) Reader() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(o.cont)), nil
+}
+func (o *rawObject) Writer() (io.WriteCloser, error) {
+	return nil, errors.New("git: a written object is immutable")
 }
 
 // materialize writes p as a commit on parent (zero = first commit of the branch). It returns
@@ -372,6 +516,7 @@ func entrySortByte(e object.TreeEntry, i int) int {
 func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer object.Signature) (sha plumbing.Hash, ok bool, err error) {
 	var created []packObject
 	tb.created = &created
+	tb.trees.begin()
 	var base plumbing.Hash
 	if !parent.IsZero() {
 		c, err := object.GetCommit(tb.s, parent)
@@ -425,5 +570,6 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	}
 	tb.record(sha, plumbing.ZeroHash)
 	p.objects = created
+	tb.trees.commit()
 	return sha, true, nil
 }

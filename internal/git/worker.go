@@ -136,6 +136,7 @@ type Worker struct {
 	// commits, and what fetches added since the last compaction. nil until the first clone.
 	store     *memory.Storage
 	compactAt int // compact the store once it holds this many objects and nothing is unpushed
+	trees     *treeCache
 	// Values this worker last added to the shared gauges.
 	gaugePlans, gaugeObjects int
 	remoteTip                plumbing.Hash // remote branch as last seen; parent of the first unpushed commit
@@ -165,6 +166,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		opTimeout:    defaultOpTimeout,
 		finalTimeout: defaultFinalTimeout,
 		compactEvery: compactSlack,
+		trees:        newTreeCache(),
 		wake:         make(chan struct{}, 1),
 	}
 	w.pushFn = w.pushOnce
@@ -371,7 +373,7 @@ func (w *Worker) accept(s submission) {
 	w.win.changes = append(w.win.changes, c)
 }
 
-func (w *Worker) builder() treeBuilder { return treeBuilder{s: w.store} }
+func (w *Worker) builder() treeBuilder { return treeBuilder{s: w.store, trees: w.trees} }
 
 func (w *Worker) committer() object.Signature {
 	return object.Signature{Name: w.opts.Committer.Name, Email: w.opts.Committer.Email, When: w.opts.Now()}
