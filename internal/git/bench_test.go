@@ -158,43 +158,44 @@ func benchKubescribePush(b *testing.B, files int) {
 	b.ReportMetric(float64(srv.sent.Load()-sent)/float64(i), "sent-B/op")
 }
 
-// BenchmarkPush (c): the worker's push of one commit to a remote holding 1,000 files and to one
-// holding 100,000 files, each with history (target ratio <= 1.5).
-func BenchmarkPush(b *testing.B) {
-	for _, files := range []int{1_000, 100_000} {
-		name := fmt.Sprintf("files=%d", files)
-		if files == 1_000 {
-			name = "baseline-" + name
-		}
-		b.Run(name, func(b *testing.B) { benchKubescribePush(b, files) })
+// benchCLIPush measures `git push` of one new commit per iteration from a clone of the fixture
+// (the commit is made outside the timer) and reports the request bytes the server received.
+func benchCLIPush(b *testing.B, files int) {
+	srv, url, _ := pushSetup(b, files)
+	client := filepath.Join(b.TempDir(), "client")
+	runGit(b, "", "clone", "-q", "--no-checkout", benchFixture(b, files), client)
+	runGit(b, client, "reset", "-q") // index of the tip, without writing every file
+	path := ObjectPath("", cmChangeAttributed("x").Change)
+	require.NoError(b, os.MkdirAll(filepath.Dir(filepath.Join(client, path)), 0o755))
+	sent := srv.sent.Load()
+	i := 0
+	for b.Loop() {
+		i++
+		b.StopTimer()
+		require.NoError(b, os.WriteFile(filepath.Join(client, path), cmChangeAttributed(fmt.Sprintf("cli-%d", i)).Manifest, 0o644))
+		runGit(b, client, "add", path)
+		runGit(b, client, "-c", "user.name=alice", "-c", "user.email=alice@example.com", "commit", "-q", "-m", "update")
+		b.StartTimer()
+		srv.git(b, client, "push", "-q", url, "HEAD:refs/heads/main")
 	}
+	b.ReportMetric(float64(srv.sent.Load()-sent)/float64(i), "sent-B/op")
+}
+
+// BenchmarkPush (c): the worker's push of one commit to a remote holding 1,000 files and to one
+// holding 100,000 files, each with history (target ratio <= 1.5); the git CLI's pushes to the
+// same remotes show how much of the growth is the server's.
+func BenchmarkPush(b *testing.B) {
+	b.Run("baseline-files=1000", func(b *testing.B) { benchKubescribePush(b, 1_000) })
+	b.Run("files=100000", func(b *testing.B) { benchKubescribePush(b, 100_000) })
+	b.Run("git-cli-files=1000", func(b *testing.B) { benchCLIPush(b, 1_000) })
+	b.Run("git-cli-files=100000", func(b *testing.B) { benchCLIPush(b, 100_000) })
 }
 
 // BenchmarkPushVsCLI (c): the worker's push of one commit to the 100,000-file remote against
 // `git push` of the CLI from a clone (target: <= 1x the CLI's time, <= 1.5x its bytes).
 func BenchmarkPushVsCLI(b *testing.B) {
-	const files = 100_000
-	b.Run("baseline-git-cli-push", func(b *testing.B) {
-		srv, url, _ := pushSetup(b, files)
-		client := filepath.Join(b.TempDir(), "client")
-		runGit(b, "", "clone", "-q", "--no-checkout", benchFixture(b, files), client)
-		runGit(b, client, "reset", "-q") // index of the tip, without writing 100,000 files
-		path := ObjectPath("", cmChangeAttributed("x").Change)
-		require.NoError(b, os.MkdirAll(filepath.Dir(filepath.Join(client, path)), 0o755))
-		sent := srv.sent.Load()
-		i := 0
-		for b.Loop() {
-			i++
-			b.StopTimer()
-			require.NoError(b, os.WriteFile(filepath.Join(client, path), cmChangeAttributed(fmt.Sprintf("cli-%d", i)).Manifest, 0o644))
-			runGit(b, client, "add", path)
-			runGit(b, client, "-c", "user.name=alice", "-c", "user.email=alice@example.com", "commit", "-q", "-m", "update")
-			b.StartTimer()
-			srv.git(b, client, "push", "-q", url, "HEAD:refs/heads/main")
-		}
-		b.ReportMetric(float64(srv.sent.Load()-sent)/float64(i), "sent-B/op")
-	})
-	b.Run("kubescribe", func(b *testing.B) { benchKubescribePush(b, files) })
+	b.Run("baseline-git-cli-push", func(b *testing.B) { benchCLIPush(b, 100_000) })
+	b.Run("kubescribe", func(b *testing.B) { benchKubescribePush(b, 100_000) })
 }
 
 // BenchmarkStart (d): a worker's start (its first fetch) on the 100,000-file remote against
