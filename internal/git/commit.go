@@ -238,29 +238,29 @@ type treeBuilder struct {
 
 // treeCache holds the parsed entries of the trees of the newest commit built.
 type treeCache struct {
-	last, next map[plumbing.Hash][]rawEntry
+	last, next map[plumbing.Hash]*parsedTree
 }
 
-func newTreeCache() *treeCache { return &treeCache{last: map[plumbing.Hash][]rawEntry{}} }
+func newTreeCache() *treeCache { return &treeCache{last: map[plumbing.Hash]*parsedTree{}} }
 
-func (c *treeCache) get(h plumbing.Hash) ([]rawEntry, bool) {
+func (c *treeCache) get(h plumbing.Hash) (*parsedTree, bool) {
 	if c == nil {
 		return nil, false
 	}
-	e, ok := c.last[h]
-	return e, ok
+	t, ok := c.last[h]
+	return t, ok
 }
 
-func (c *treeCache) put(h plumbing.Hash, e []rawEntry) {
+func (c *treeCache) put(h plumbing.Hash, t *parsedTree) {
 	if c != nil && c.next != nil {
-		c.next[h] = e
+		c.next[h] = t
 	}
 }
 
 // begin starts a commit; commit makes its trees the cached ones.
 func (c *treeCache) begin() {
 	if c != nil {
-		c.next = map[plumbing.Hash][]rawEntry{}
+		c.next = map[plumbing.Hash]*parsedTree{}
 	}
 }
 
@@ -291,7 +291,7 @@ func (tb treeBuilder) writeBlob(content []byte) (plumbing.Hash, error) {
 	return h, err
 }
 
-// rawEntry is one entry of a tree, its name pointing into the tree's raw content.
+// rawEntry is one entry of a tree being built.
 type rawEntry struct {
 	name []byte
 	mode filemode.FileMode
@@ -300,8 +300,62 @@ type rawEntry struct {
 
 func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 
-// readTree returns the entries of tree, in their stored (Git) order.
-func (tb treeBuilder) readTree(tree plumbing.Hash) ([]rawEntry, error) {
+// parsedTree is a tree's raw content and where its entries are in it. Trees that differ only in
+// the hashes of their entries share ents.
+type parsedTree struct {
+	raw  []byte
+	ents []treeEntryRef
+}
+
+// treeEntryRef is an entry of a parsedTree: its name (pointing into the raw content of this or
+// an identically laid out tree), its mode and the offset of its hash in raw.
+type treeEntryRef struct {
+	name []byte
+	mode filemode.FileMode
+	off  int
+}
+
+func (t *parsedTree) hashAt(i int) plumbing.Hash {
+	var h plumbing.Hash
+	copy(h[:], t.raw[t.ents[i].off:])
+	return h
+}
+
+func (t *parsedTree) find(name string) int {
+	for i := range t.ents {
+		if string(t.ents[i].name) == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// parseTree lays out raw tree content.
+func parseTree(tree plumbing.Hash, raw []byte) (*parsedTree, error) {
+	t := &parsedTree{raw: raw, ents: make([]treeEntryRef, 0, bytes.Count(raw, []byte{0}))}
+	pos := 0
+	for pos < len(raw) {
+		rest := raw[pos:]
+		sp := bytes.IndexByte(rest, ' ')
+		nul := bytes.IndexByte(rest, 0)
+		if sp < 0 || nul < sp || len(rest) < nul+1+hashSize {
+			return nil, fmt.Errorf("tree %s is malformed", tree)
+		}
+		mode, err := strconv.ParseUint(string(rest[:sp]), 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s has a malformed mode", tree)
+		}
+		t.ents = append(t.ents, treeEntryRef{name: rest[sp+1 : nul : nul], mode: filemode.FileMode(mode), off: pos + nul + 1})
+		pos += nul + 1 + hashSize
+	}
+	return t, nil
+}
+
+// tree returns tree parsed, from the cache of the newest commit's trees when it is there.
+func (tb treeBuilder) tree(tree plumbing.Hash) (*parsedTree, error) {
+	if t, ok := tb.trees.get(tree); ok {
+		return t, nil
+	}
 	obj, err := tb.s.EncodedObject(plumbing.TreeObject, tree)
 	if err != nil {
 		return nil, fmt.Errorf("read tree %s: %w", tree, err)
@@ -310,23 +364,7 @@ func (tb treeBuilder) readTree(tree plumbing.Hash) ([]rawEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries := make([]rawEntry, 0, bytes.Count(raw, []byte{0}))
-	for len(raw) > 0 {
-		sp := bytes.IndexByte(raw, ' ')
-		nul := bytes.IndexByte(raw, 0)
-		if sp < 0 || nul < sp || len(raw) < nul+1+hashSize {
-			return nil, fmt.Errorf("tree %s is malformed", tree)
-		}
-		mode, err := strconv.ParseUint(string(raw[:sp]), 8, 32)
-		if err != nil {
-			return nil, fmt.Errorf("tree %s has a malformed mode", tree)
-		}
-		e := rawEntry{name: raw[sp+1 : nul], mode: filemode.FileMode(mode)}
-		copy(e.hash[:], raw[nul+1:nul+1+hashSize])
-		entries = append(entries, e)
-		raw = raw[nul+1+hashSize:]
-	}
-	return entries, nil
+	return parseTree(tree, raw)
 }
 
 const hashSize = 20
@@ -334,13 +372,21 @@ const hashSize = 20
 // apply returns the hash of tree (zero = no tree) with the edits of n applied; zero when the
 // result is empty, so that empty directories vanish.
 func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, error) {
-	var entries []rawEntry
-	if cached, ok := tb.trees.get(tree); ok && !tree.IsZero() {
-		entries = slices.Clone(cached)
-	} else if !tree.IsZero() {
+	var t *parsedTree
+	if !tree.IsZero() {
 		var err error
-		if entries, err = tb.readTree(tree); err != nil {
+		if t, err = tb.tree(tree); err != nil {
 			return plumbing.ZeroHash, err
+		}
+		if h, ok, err := tb.patch(tree, t, n); ok || err != nil {
+			return h, err
+		}
+	}
+	var entries []rawEntry
+	if t != nil {
+		entries = make([]rawEntry, len(t.ents))
+		for i, e := range t.ents {
+			entries[i] = rawEntry{name: e.name, mode: e.mode, hash: t.hashAt(i)}
 		}
 	}
 	find := func(name string) int {
@@ -405,6 +451,56 @@ func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, err
 	return tb.writeTree(entries, tree)
 }
 
+// patch applies the edits of n to t (the tree with hash tree) when they only replace the hashes
+// of existing entries of the same kind (files stay regular files, directories stay non-empty
+// directories), the common case: the new tree is t's content with those hashes overwritten,
+// laid out like t. ok is false when the edits need the general path.
+func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plumbing.Hash, bool, error) {
+	type hashPatch struct {
+		off int
+		h   plumbing.Hash
+	}
+	var patches []hashPatch
+	for name, child := range n.children {
+		i := t.find(name)
+		if i < 0 {
+			return plumbing.ZeroHash, false, nil
+		}
+		e := t.ents[i]
+		if child.isFile() {
+			if child.del || e.mode != filemode.Regular {
+				return plumbing.ZeroHash, false, nil
+			}
+			patches = append(patches, hashPatch{off: e.off, h: child.blob})
+			continue
+		}
+		if e.mode != filemode.Dir {
+			return plumbing.ZeroHash, false, nil
+		}
+		h, err := tb.apply(t.hashAt(i), child)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
+		if h.IsZero() {
+			return plumbing.ZeroHash, false, nil // the directory vanished; the general path rewrites it again
+		}
+		patches = append(patches, hashPatch{off: e.off, h: h})
+	}
+	raw := slices.Clone(t.raw)
+	for _, p := range patches {
+		copy(raw[p.off:], p.h[:])
+	}
+	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, raw))
+	if err != nil {
+		return plumbing.ZeroHash, false, err
+	}
+	if h != tree {
+		tb.record(h, tree)
+	}
+	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents})
+	return h, true, nil
+}
+
 // writeTree stores a tree of entries, which are in Git order; base is the tree it replaces
 // (zero for none).
 func (tb treeBuilder) writeTree(entries []rawEntry, base plumbing.Hash) (plumbing.Hash, error) {
@@ -413,31 +509,25 @@ func (tb treeBuilder) writeTree(entries []rawEntry, base plumbing.Hash) (plumbin
 		size += 7 + len(e.name) + 1 + hashSize
 	}
 	buf := make([]byte, 0, size)
-	for _, e := range entries {
+	ents := make([]treeEntryRef, len(entries))
+	for i, e := range entries {
 		buf = appendMode(buf, e.mode)
 		buf = append(buf, ' ')
+		start := len(buf)
 		buf = append(buf, e.name...)
 		buf = append(buf, 0)
+		ents[i] = treeEntryRef{name: buf[start : start+len(e.name) : start+len(e.name)], mode: e.mode, off: len(buf)}
 		buf = append(buf, e.hash[:]...)
 	}
 	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, buf))
-	if err == nil && h != base {
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if h != base {
 		tb.record(h, base)
 	}
-	if err == nil && len(entries) > 0 && tb.trees != nil {
-		// Cache the entries, their names now pointing into buf, which the stored object keeps
-		// unchanged. entries is the caller's own slice, not used after this.
-		off := 0
-		var scratch [12]byte
-		for i := range entries {
-			off += len(appendMode(scratch[:0], entries[i].mode)) + 1
-			n := len(entries[i].name)
-			entries[i].name = buf[off : off+n : off+n]
-			off += n + 1 + hashSize
-		}
-		tb.trees.put(h, entries)
-	}
-	return h, err
+	tb.trees.put(h, &parsedTree{raw: buf, ents: ents})
+	return h, nil
 }
 
 // appendMode appends a tree entry mode as Git writes it (octal, no leading zero).

@@ -254,14 +254,21 @@ func compactStore(s *memory.Storage, tip plumbing.Hash) (*memory.Storage, error)
 		if _, err := out.SetEncodedObject(obj); err != nil {
 			return nil, err
 		}
-		var t object.Tree
-		if err := t.Decode(obj); err != nil {
-			return nil, fmt.Errorf("decode tree %s: %w", h, err)
+		raw, err := readObject(obj)
+		if err != nil {
+			return nil, err
 		}
-		for _, e := range t.Entries {
-			if e.Mode == filemode.Dir && !seen[e.Hash] {
-				seen[e.Hash] = true
-				stack = append(stack, e.Hash)
+		t, err := parseTree(h, raw)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range t.ents {
+			if e.mode != filemode.Dir {
+				continue
+			}
+			if sub := t.hashAt(i); !seen[sub] {
+				seen[sub] = true
+				stack = append(stack, sub)
 			}
 		}
 	}
