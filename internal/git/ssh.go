@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -163,6 +164,9 @@ func (kh knownHosts) algorithms(hostname string) []string {
 	return out
 }
 
+// sshDialTimeout bounds the TCP connection and SSH handshake of one remote operation.
+const sshDialTimeout = 30 * time.Second
+
 // sshAuth authenticates with a private key held in memory and checks the host key against
 // known_hosts held in memory. It implements go-git's ssh.AuthMethod; it never prints the key.
 type sshAuth struct {
@@ -184,6 +188,8 @@ func (a *sshAuth) ClientConfig() (*ssh.ClientConfig, error) {
 		Auth:              []ssh.AuthMethod{ssh.PublicKeys(a.signer)},
 		HostKeyCallback:   a.hosts.callback,
 		HostKeyAlgorithms: a.hosts.algorithms(a.addr),
+		// go-git dials SSH without the operation's context: bound the connection and handshake.
+		Timeout: sshDialTimeout,
 	}, nil
 }
 
