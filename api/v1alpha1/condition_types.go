@@ -53,6 +53,10 @@ const (
 	// example for lack of RBAC).
 	ReasonWatchFailed string = "WatchFailed"
 
+	// ReasonHostKeyRejected: the host key an SSH repository presented is not in the Secret's
+	// known_hosts, or differs from the key listed there for that host. It is never accepted.
+	ReasonHostKeyRejected string = "HostKeyRejected"
+
 	// ReasonPushFailed: a GitTarget's commits could not be pushed; the push is retried and
 	// nothing is dropped.
 	ReasonPushFailed string = "PushFailed"
