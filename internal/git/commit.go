@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,10 +39,13 @@ type plan struct {
 	objects []packObject
 	// counted is set once the plan was counted in kubescribe_git_commits_total.
 	counted bool
+	// covered is what the last materialization covered: the changes, with each sweep
+	// replaced by the deletions it implied on that parent.
+	covered []attribution.AttributedChange
 }
 
 func (p *plan) info() CommitInfo {
-	return CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.changes}
+	return CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered}
 }
 
 // newPlan builds the commit metadata of a window's changes. All changes share targetPath, target
@@ -69,7 +73,6 @@ func newPlan(targetPath string, changes []attribution.AttributedChange, committe
 		target:     changes[0].Target,
 		changes:    changes,
 		author:     author,
-		message:    commitMessage(changes, snapshot),
 	}
 }
 
@@ -182,6 +185,11 @@ func validChange(targetPath string, c watch.Change) error {
 			return fmt.Errorf("%s without manifest", c.Op)
 		}
 	case watch.OpDelete:
+	case watch.OpSweep:
+		if c.GVR.Resource == "" || strings.Contains(c.GVR.Resource, "/") || strings.Contains(c.Scope, "/") {
+			return errors.New("a sweep needs a resource, and neither it nor its namespace may contain '/'")
+		}
+		return nil
 	default:
 		return fmt.Errorf("unknown op %q", c.Op)
 	}
@@ -615,16 +623,56 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		}
 		base = c.TreeHash
 	}
+	covered, err := tb.expandSweeps(base, p.targetPath, p.changes)
+	if err != nil {
+		return plumbing.ZeroHash, false, err
+	}
+	// The last change of a path decides its content. Only what differs from the parent's tree
+	// is written, and only that is named in the message.
+	last := make(map[string]int, len(covered))
+	for i, c := range covered {
+		last[ObjectPath(p.targetPath, c.Change)] = i
+	}
 	root := &editNode{children: map[string]*editNode{}}
-	for _, c := range p.changes {
+	var effective []attribution.AttributedChange
+	for i, c := range covered {
+		path := ObjectPath(p.targetPath, c.Change)
+		if last[path] != i {
+			continue
+		}
+		old, exists, err := tb.fileAt(base, path)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
 		leaf := &editNode{del: c.Op == watch.OpDelete}
-		if !leaf.del {
-			if leaf.blob, err = tb.writeBlob(c.Manifest); err != nil {
+		switch {
+		case leaf.del && !exists:
+			continue
+		case leaf.del:
+		default:
+			leaf.blob = plumbing.ComputeHash(plumbing.BlobObject, c.Manifest)
+			if exists && old == leaf.blob {
+				continue
+			}
+			if _, err := tb.writeBlob(c.Manifest); err != nil {
 				return plumbing.ZeroHash, false, fmt.Errorf("write blob: %w", err)
 			}
+			if c.Snapshot {
+				// Nobody was seen doing it: say what it does to the folder.
+				c.Op = watch.OpCreate
+				if exists {
+					c.Op = watch.OpUpdate
+				}
+			}
 		}
-		root.add(ObjectPath(p.targetPath, c.Change), leaf)
+		root.add(path, leaf)
+		effective = append(effective, c)
 	}
+	p.covered = covered
+	if len(effective) == 0 {
+		return plumbing.ZeroHash, false, nil
+	}
+	p.message = commitMessage(effective, p.changes[0].Snapshot)
 	tree, err := tb.apply(base, root)
 	if err != nil {
 		return plumbing.ZeroHash, false, err
@@ -662,4 +710,116 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	p.objects = created
 	tb.trees.commit()
 	return sha, true, nil
+}
+
+// fileAt returns the blob at path p of tree root, and whether there is one.
+func (tb treeBuilder) fileAt(root plumbing.Hash, p string) (plumbing.Hash, bool, error) {
+	cur := root
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if cur.IsZero() {
+			return plumbing.ZeroHash, false, nil
+		}
+		t, err := tb.tree(cur)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
+		j := t.find(seg)
+		if j < 0 {
+			return plumbing.ZeroHash, false, nil
+		}
+		isDir := t.ents[j].mode == filemode.Dir
+		if i == len(segs)-1 {
+			if isDir {
+				return plumbing.ZeroHash, false, nil
+			}
+			return t.hashAt(j), true, nil
+		}
+		if !isDir {
+			return plumbing.ZeroHash, false, nil
+		}
+		cur = t.hashAt(j)
+	}
+	return plumbing.ZeroHash, false, nil
+}
+
+// subtree returns the tree at directory path p of root (zero when there is none).
+func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error) {
+	cur := root
+	if p != "" {
+		for _, seg := range strings.Split(p, "/") {
+			if cur.IsZero() {
+				return nil, nil
+			}
+			t, err := tb.tree(cur)
+			if err != nil {
+				return nil, err
+			}
+			j := t.find(seg)
+			if j < 0 || t.ents[j].mode != filemode.Dir {
+				return nil, nil
+			}
+			cur = t.hashAt(j)
+		}
+	}
+	if cur.IsZero() {
+		return nil, nil
+	}
+	return tb.tree(cur)
+}
+
+// expandSweeps replaces each sweep among changes by the deletions it implies on the tree root:
+// one snapshot delete per file of the sweep's resource, in the target's folder and the sweep's
+// namespace scope, whose object is not among those the sweep keeps. Nothing outside the
+// target's folder, nor of another resource, is ever swept.
+func (tb treeBuilder) expandSweeps(root plumbing.Hash, targetPath string, changes []attribution.AttributedChange) ([]attribution.AttributedChange, error) {
+	out := make([]attribution.AttributedChange, 0, len(changes))
+	for _, c := range changes {
+		if c.Op != watch.OpSweep {
+			out = append(out, c)
+			continue
+		}
+		base := strings.TrimPrefix(path.Join("/", targetPath), "/")
+		var nsDirs []string
+		if c.Scope != "" {
+			nsDirs = []string{c.Scope}
+		} else {
+			t, err := tb.subtree(root, base)
+			if err != nil {
+				return nil, err
+			}
+			if t != nil {
+				for _, e := range t.ents {
+					if e.mode == filemode.Dir {
+						nsDirs = append(nsDirs, string(e.name))
+					}
+				}
+			}
+		}
+		for _, nsDir := range nsDirs {
+			dir := path.Join(base, nsDir, groupDir(c.GVR.Group), c.GVR.Resource)
+			t, err := tb.subtree(root, strings.TrimPrefix(dir, "/"))
+			if err != nil {
+				return nil, err
+			}
+			if t == nil {
+				continue
+			}
+			ns := nsDir
+			if ns == ClusterScopeDir {
+				ns = ""
+			}
+			for _, e := range t.ents {
+				name, ok := strings.CutSuffix(string(e.name), ".yaml")
+				if !ok || e.mode == filemode.Dir || c.Keep[ns+"/"+name] {
+					continue
+				}
+				del := c
+				del.Op, del.Namespace, del.Name, del.Keep = watch.OpDelete, ns, name, nil
+				del.UID, del.ResourceVersion, del.Snapshot, del.Author = "", "", true, attribution.Author{}
+				out = append(out, del)
+			}
+		}
+	}
+	return out, nil
 }

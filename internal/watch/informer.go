@@ -264,7 +264,7 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 	}
 	s.emit(Change{
 		Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
-		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep,
+		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
 	})
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
 	if s.cursors != nil {
