@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
 
 // kubescribe stopped (as SIGTERM does), then bob creates and patches, alice deletes; after the
@@ -90,4 +94,105 @@ func (m *mirror) changeLines(t *testing.T, skip int) []string {
 		}
 	}
 	return lines
+}
+
+// kubescribe killed (SIGKILL) in the middle of a stream of changes by two users, more changes
+// while nothing runs, then restarted: the folder equals the cluster object for object, and the
+// last change of each object is authored by who made it.
+func TestKilledMidStreamLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	server := binary(t, "./cmd/server", "kubescribe-server")
+	m := newMirror(t, "e2e-kill", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+	require.NoError(t, env.StopKubescribe())
+	require.NoError(t, env.StartKubescribeProcess(ctx, server))
+	restarted := false
+	defer func() {
+		if !restarted { // leave the in-process kubescribe running for the other tests
+			_ = env.KillKubescribe()
+			require.NoError(t, env.StartKubescribe(ctx))
+		}
+	}()
+	// The process's own reconcile of the rule: a new generation it alone can make Ready.
+	u, err := dynamicFor(t, "admin").Resource(v1alpha1.WatchRulesResource).Namespace(m.ns).Patch(ctx, "rule", types.MergePatchType,
+		[]byte(`{"spec":{"rules":[{"apiGroups":[""],"resources":["configmaps"],"operations":["CREATE","UPDATE","DELETE"]}]}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	waitReady(t, v1alpha1.WatchRulesResource, m.ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady, u.GetGeneration())
+
+	clients := map[string]kubernetes.Interface{"alice": clientFor(t, "alice"), "bob": clientFor(t, "bob")}
+	type state struct {
+		value, writer string
+		deleted       bool
+	}
+	cluster := map[string]*state{}
+	step := 0
+	write := func(user string) {
+		t.Helper()
+		step++
+		cms := clients[user].CoreV1().ConfigMaps(m.ns)
+		name := fmt.Sprintf("cm-%d", step%7)
+		st, ok := cluster[name]
+		value := fmt.Sprintf("v%d", step)
+		switch {
+		case !ok || st.deleted:
+			_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": value}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			cluster[name] = &state{value: value, writer: user}
+		case step%5 == 0:
+			require.NoError(t, cms.Delete(ctx, name, metav1.DeleteOptions{}))
+			st.deleted, st.writer = true, user
+		default:
+			_, err := cms.Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"`+value+`"}}`), metav1.PatchOptions{})
+			require.NoError(t, err)
+			st.value, st.writer = value, user
+		}
+	}
+	users := []string{"alice", "bob"}
+	for i := range 12 {
+		write(users[i%2])
+	}
+	// Some of it is pushed; the stream goes on, and kubescribe dies in the middle of it.
+	m.waitCommits(t, 2)
+	for i := range 6 {
+		write(users[i%2])
+	}
+	require.NoError(t, env.KillKubescribe())
+	for i := range 6 {
+		write(users[(i+1)%2])
+	}
+	require.NoError(t, env.StartKubescribe(ctx))
+	restarted = true
+
+	var want []string
+	for name, st := range cluster {
+		if !st.deleted {
+			want = append(want, objectFile(m, "", "configmaps", name))
+		}
+	}
+	slices.Sort(want)
+	equal := func() bool {
+		if !slices.Equal(m.files(t), want) {
+			return false
+		}
+		for name, st := range cluster {
+			if !st.deleted && !strings.Contains(m.git(t, "show", "main:"+objectFile(m, "", "configmaps", name)), "k: "+st.value) {
+				return false
+			}
+		}
+		return true
+	}
+	require.True(t, poll(90*time.Second, equal), "the folder must equal the cluster: files %v, want %v", m.files(t), want)
+
+	// The last change line of each object names its last writer.
+	lastAuthor := map[string]string{}
+	for _, c := range m.changeLines(t, 0) {
+		author, line, _ := strings.Cut(c, "|")
+		_, name, _ := strings.Cut(strings.Fields(line)[2], "/")
+		lastAuthor[name] = author
+	}
+	for name, st := range cluster {
+		if author, ok := lastAuthor[name]; ok || !st.deleted {
+			// An object deleted before any commit held it needs no commit at all.
+			require.Equal(t, st.writer, author, "the last change of %s", name)
+		}
+	}
 }
