@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,63 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 			require.Equal(t, st.writer, author, "the last change of %s", name)
 		}
 	}
+}
+
+// A commit pushed to the branch by someone else while changes flow: kubescribe's next push is
+// refused, it rebuilds its commits on the new tip and pushes again. Nothing is lost, nothing is
+// forced: the foreign commit stays in the history, and its file stays.
+func TestForeignCommitMidStream(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-foreign", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
+	_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	m.waitCommits(t, 1)
+
+	rejected := func() float64 {
+		f := strings.Fields(metric(t, `kubescribe_git_push_total{result="rejected"}`))
+		if len(f) != 2 {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		return v
+	}
+	rejectedBefore := rejected()
+
+	// Someone else commits README.md on main, straight into the server's repository.
+	tip := m.git(t, "rev-parse", "main")
+	blob := strings.TrimSpace(gitStdin(t, m.repoDir, "hello\n", "hash-object", "-w", "--stdin"))
+	base := m.git(t, "ls-tree", "main")
+	tree := strings.TrimSpace(gitStdin(t, m.repoDir, base+"\n100644 blob "+blob+"\tREADME.md\n", "mktree"))
+	foreign := strings.TrimSpace(gitStdin(t, m.repoDir, "a foreign commit\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com", "commit-tree", tree, "-p", tip))
+	m.git(t, "update-ref", "refs/heads/main", foreign, tip)
+
+	_, err = bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = alice.Patch(ctx, "a", types.MergePatchType, []byte(`{"data":{"k":"v2"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	want := []string{"README.md", objectFile(m, "", "configmaps", "a"), objectFile(m, "", "configmaps", "b")}
+	slices.Sort(want)
+	require.True(t, poll(60*time.Second, func() bool {
+		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", "main:"+objectFile(m, "", "configmaps", "a")), "v2")
+	}), "files: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless the foreign commit is kept
+	require.Greater(t, rejected(), rejectedBefore, "the push after the foreign commit was refused and retried")
+	byObject := map[string]string{}
+	for _, c := range m.changeLines(t, 0) {
+		author, line, _ := strings.Cut(c, "|")
+		f := strings.Fields(line)
+		byObject[f[2]+" "+f[0]] = author
+	}
+	require.Equal(t, map[string]string{"e2e-foreign/a create": "alice", "e2e-foreign/b create": "bob", "e2e-foreign/a update": "alice"}, byObject)
+}
+
+// gitStdin runs git on a bare repository with stdin and returns its output.
+func gitStdin(t *testing.T, gitDir, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.Output()
+	require.NoError(t, err, "git %s", strings.Join(args, " "))
+	return string(out)
 }
