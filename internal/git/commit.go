@@ -242,6 +242,21 @@ type treeBuilder struct {
 	// trees, when set, keeps the parsed entries of the trees the last commit wrote: the next
 	// commit, built on it, edits them without parsing them again.
 	trees *treeCache
+	// looked, when set, keeps the trees read by lookups (fileAt, subtree) during one
+	// materialization, so many changes under one directory parse it once.
+	looked map[plumbing.Hash]*parsedTree
+}
+
+// lookup is tree for reading only, memoised for the materialization.
+func (tb treeBuilder) lookup(h plumbing.Hash) (*parsedTree, error) {
+	if t, ok := tb.looked[h]; ok {
+		return t, nil
+	}
+	t, err := tb.tree(h)
+	if err == nil && tb.looked != nil {
+		tb.looked[h] = t
+	}
+	return t, err
 }
 
 // treeCache holds the parsed entries of the trees of the newest commit built.
@@ -313,6 +328,8 @@ func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 type parsedTree struct {
 	raw  []byte
 	ents []treeEntryRef
+	// index maps names to entries, built on the first lookup in a large tree.
+	index map[string]int
 }
 
 // treeEntryRef is an entry of a parsedTree: its name (pointing into the raw content of this or
@@ -330,6 +347,18 @@ func (t *parsedTree) hashAt(i int) plumbing.Hash {
 }
 
 func (t *parsedTree) find(name string) int {
+	if len(t.ents) > 32 {
+		if t.index == nil {
+			t.index = make(map[string]int, len(t.ents))
+			for i := range t.ents {
+				t.index[string(t.ents[i].name)] = i
+			}
+		}
+		if i, ok := t.index[name]; ok {
+			return i
+		}
+		return -1
+	}
 	for i := range t.ents {
 		if string(t.ents[i].name) == name {
 			return i
@@ -614,6 +643,7 @@ func (o *rawObject) Writer() (io.WriteCloser, error) {
 func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer object.Signature) (sha plumbing.Hash, ok bool, err error) {
 	var created []packObject
 	tb.created = &created
+	tb.looked = map[plumbing.Hash]*parsedTree{}
 	tb.trees.begin()
 	var base plumbing.Hash
 	if !parent.IsZero() {
@@ -650,13 +680,15 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 			continue
 		case leaf.del:
 		default:
-			leaf.blob = plumbing.ComputeHash(plumbing.BlobObject, c.Manifest)
+			blob := newRawObject(plumbing.BlobObject, c.Manifest)
+			leaf.blob = blob.h
 			if exists && old == leaf.blob {
 				continue
 			}
-			if _, err := tb.writeBlob(c.Manifest); err != nil {
+			if _, err := tb.s.SetEncodedObject(blob); err != nil {
 				return plumbing.ZeroHash, false, fmt.Errorf("write blob: %w", err)
 			}
+			tb.record(blob.h, plumbing.ZeroHash)
 			if c.Snapshot {
 				// Nobody was seen doing it: say what it does to the folder.
 				c.Op = watch.OpCreate
@@ -720,7 +752,7 @@ func (tb treeBuilder) fileAt(root plumbing.Hash, p string) (plumbing.Hash, bool,
 		if cur.IsZero() {
 			return plumbing.ZeroHash, false, nil
 		}
-		t, err := tb.tree(cur)
+		t, err := tb.lookup(cur)
 		if err != nil {
 			return plumbing.ZeroHash, false, err
 		}
@@ -751,7 +783,7 @@ func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error)
 			if cur.IsZero() {
 				return nil, nil
 			}
-			t, err := tb.tree(cur)
+			t, err := tb.lookup(cur)
 			if err != nil {
 				return nil, err
 			}
@@ -765,7 +797,7 @@ func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error)
 	if cur.IsZero() {
 		return nil, nil
 	}
-	return tb.tree(cur)
+	return tb.lookup(cur)
 }
 
 // expandSweeps replaces each sweep among changes by the deletions it implies on the tree root:
