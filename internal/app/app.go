@@ -134,12 +134,13 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	a.controller, err = controller.New(controller.Options{
-		Client:  dyn,
-		Kube:    kube,
-		Sources: a.sources,
-		Cluster: opts.ClusterName,
-		Router:  a.router,
-		Logger:  a.log, // the controller tags its own and its workers' loggers
+		Client:     dyn,
+		Kube:       kube,
+		Sources:    a.sources,
+		Cluster:    opts.ClusterName,
+		Router:     a.router,
+		Logger:     a.log, // the controller tags its own and its workers' loggers
+		Registerer: opts.Registry,
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -60,6 +61,8 @@ type Options struct {
 	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
 	// Logger is the base logger; the controller adds component=controller, watch or git.
 	Logger *slog.Logger
+	// Registerer, when set, receives the controller's metrics.
+	Registerer prometheus.Registerer
 }
 
 type kind string
@@ -120,6 +123,15 @@ func New(opts Options) (*Controller, error) {
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](time.Second, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "kubescribe"})
+	if opts.Registerer != nil {
+		err := opts.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kubescribe_controller_queue_depth",
+			Help: "Objects (GitProviders, GitTargets, WatchRules) waiting to be reconciled.",
+		}, func() float64 { return float64(c.queue.Len()) }))
+		if err != nil {
+			return nil, fmt.Errorf("controller: registering metrics: %w", err)
+		}
+	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 0)
 	c.informers = map[kind]cache.SharedIndexInformer{
 		kindProvider: c.factory.ForResource(v1alpha1.GitProvidersResource).Informer(),
