@@ -500,7 +500,7 @@ func TestDecodeTokenizer(t *testing.T) {
 			"groups not a list":  strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"groups":["system:authenticated"]`, `"groups":"system:masters"`, 1),
 			"a group not a string": strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"groups":["system:authenticated"]`,
 				`"groups":["a",{}]`, 1),
-			"objectRef a list":  strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"objectRef":{`, `"objectRef":[],"x":{`, 1),
+			"objectRef a list":        strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"objectRef":{`, `"objectRef":[],"x":{`, 1),
 			"responseObject a string": crEvent("ty-1", "patch", "w1", `{}`, `"Widget"`),
 		} {
 			t.Run(name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,8 @@ func (s *fakeStore) StoreFacts(_ context.Context, facts []Fact) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.batches = append(s.batches, facts)
+	// The handler reuses the facts' memory after StoreFacts returns: keep a copy.
+	s.batches = append(s.batches, slices.Clone(facts))
 	return nil
 }
 
@@ -177,6 +179,44 @@ func TestHandlerStoresFacts(t *testing.T) {
 	require.Equal(t, [][]Fact{want}, h.store.stored())
 	require.Equal(t, 3.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(ResultKept)))
 	require.Equal(t, 1, testutil.CollectAndCount(h.metrics.batchBytes))
+	require.Equal(t, 1, testutil.CollectAndCount(h.metrics.handler), "one route observed")
+	require.Equal(t, []string{"route=prod-eu-1"}, gatherLabels(t, h.metrics.handler))
+
+	// The next batches reuse the body buffer and the decoder's memory: what was stored before
+	// must not change, and a larger body of unknown length is read whole.
+	other := fixture(t, "testdata/scale.json")
+	for _, b := range [][]byte{other, body, append(append([]byte{}, other...), bytes.Repeat([]byte(" "), 3*minBodyBuffer)...)} {
+		req := httptest.NewRequest(http.MethodPost, "/audit/prod-eu-1", bytes.NewReader(b))
+		req.ContentLength = -1
+		req.Header.Set("Authorization", "Bearer "+goodToken)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	stored := h.store.stored()
+	require.Len(t, stored, 4)
+	require.Equal(t, want, stored[0])
+	require.Equal(t, want, stored[2])
+	require.Equal(t, stored[1], stored[3])
+	require.Len(t, stored[1], 3)
+}
+
+// gatherLabels lists the label pairs of every series of c, as "name=value".
+func gatherLabels(t *testing.T, c prometheus.Collector) []string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var out []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				out = append(out, l.GetName()+"="+l.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 func TestHandlerDropMetrics(t *testing.T) {
