@@ -2,10 +2,10 @@ package attribution
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,18 +26,29 @@ import (
 // really produced that resourceVersion, and the apiserver may deliver their batches in any order
 // (it retries a failed batch while later ones go through). So a key keeps the best fact by rank:
 // a delete beats any other verb, then the earliest stage timestamp wins. The stored value is the
-// fixed-width rank followed by the fact's JSON, and the comparison is one atomic script.
+// fixed-width rank followed by the fact's record (record.go), and the comparison is done by one
+// atomic script for the whole batch.
 
 // rankWidth is the length of the rank prefix: one class digit and 19 digits of Unix nanoseconds.
 const rankWidth = 20
 
-// keepBest stores ARGV[1]..ARGV[2] (rank, fact) under KEYS[1] unless the key holds a fact of a
-// lower or equal rank; ARGV[3] is the TTL in milliseconds.
-var keepBest = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, 20) <= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'PX', ARGV[3])
-return 1
+// storeBatch stores a batch of facts and announces them, in one call. KEYS are the fact keys;
+// ARGV[1] is the TTL in milliseconds, ARGV[2] the channel, ARGV[3] the announcement ("" for
+// none) and ARGV[3+i] the value for KEYS[i] (rank, then record). A key keeps its value unless
+// the new rank is lower (better), so storing a batch again (the apiserver retries a batch it got
+// no 200 for) changes nothing. It returns the number of keys written.
+var storeBatch = redis.NewScript(`
+local n = 0
+for i, key in ipairs(KEYS) do
+  local v = ARGV[3 + i]
+  local cur = redis.call('GET', key)
+  if not cur or string.sub(cur, 1, 20) > string.sub(v, 1, 20) then
+    redis.call('SET', key, v, 'PX', ARGV[1])
+    n = n + 1
+  end
+end
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return n
 `)
 
 // DefaultFactTTL is how long a fact is kept when no TTL is configured: far longer than any grace
@@ -50,6 +61,9 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix keyspace.Prefix
 	ttl    time.Duration
+	// cluster: keys of one batch live on different slots, so they cannot go to one script
+	// call; each key gets its own call, all in one pipeline.
+	cluster bool
 }
 
 // NewStore returns a Store. ttl <= 0 means DefaultFactTTL.
@@ -57,7 +71,8 @@ func NewStore(rdb redis.UniversalClient, prefix keyspace.Prefix, ttl time.Durati
 	if ttl <= 0 {
 		ttl = DefaultFactTTL
 	}
-	return &Store{rdb: rdb, prefix: prefix, ttl: ttl}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Store{rdb: rdb, prefix: prefix, ttl: ttl, cluster: cluster}
 }
 
 func (s *Store) writeKey(route, uid, rv string) string {
@@ -70,80 +85,155 @@ func (s *Store) deleteKey(route, uid string) string {
 
 func (s *Store) channel() string { return s.prefix.Key("facts") }
 
-// StoreFacts stores facts durably, then announces them. It returns nil only once every fact is
-// written, so the audit handler acknowledges a batch only when nothing in it can be lost.
+// batchBuffers holds the encoded values of a batch; pooled.
+var batchBuffers = sync.Pool{New: func() any { return new(batch) }}
+
+type batch struct {
+	buf  []byte   // every value, then the announcement
+	ends []int    // buf[ends[i-1]:ends[i]] is the value of keys[i]
+	keys []string // the keys, in order
+	args []any
+}
+
+// StoreFacts stores facts durably and announces them, in one round trip to Redis: a single
+// script call (one pipeline of calls, one per key, on Redis Cluster). It returns nil only once
+// every fact is written, so the audit handler acknowledges a batch only when nothing in it can
+// be lost. It does not keep facts.
 func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 	if len(facts) == 0 {
 		return nil
 	}
-	pipe := s.rdb.Pipeline()
-	var announce []string
+	b := batchBuffers.Get().(*batch)
+	defer func() {
+		clear(b.keys)
+		clear(b.args)
+		b.buf, b.ends, b.keys, b.args = b.buf[:0], b.ends[:0], b.keys[:0], b.args[:0]
+		batchBuffers.Put(b)
+	}()
+
+	// Values: the record is encoded once per fact and repeated for each of its keys.
 	for i := range facts {
 		f := &facts[i]
-		keys := s.keysFor(f)
-		if len(keys) == 0 {
+		first := len(b.keys)
+		b.keys = s.appendKeys(b.keys, f)
+		if len(b.keys) == first {
 			continue
 		}
-		val, err := json.Marshal(f)
-		if err != nil {
-			return fmt.Errorf("encoding fact %s: %w", f.AuditID, err)
-		}
-		rank := factRank(f)
-		for _, k := range keys {
-			keepBest.Eval(ctx, pipe, []string{k.key}, rank, val, s.ttl.Milliseconds())
-			announce = append(announce, f.Route+"/"+k.uid)
+		start := len(b.buf)
+		b.buf = appendRank(b.buf, f)
+		b.buf = appendRecord(b.buf, f)
+		b.ends = append(b.ends, len(b.buf))
+		for range len(b.keys) - first - 1 {
+			b.buf = append(b.buf, b.buf[start:b.ends[len(b.ends)-1]]...)
+			b.ends = append(b.ends, len(b.buf))
 		}
 	}
-	if len(announce) == 0 {
+	if len(b.keys) == 0 {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("storing %d attribution facts: %w", len(announce), err)
+	// The announcement: "<route>/<uid>" per key, one per line; the uid is the key's.
+	annStart := len(b.buf)
+	for i := range facts {
+		f := &facts[i]
+		for _, uid := range announcedUIDs(f) {
+			if len(b.buf) > annStart {
+				b.buf = append(b.buf, '\n')
+			}
+			b.buf = append(b.buf, f.Route...)
+			b.buf = append(b.buf, '/')
+			b.buf = append(b.buf, uid...)
+		}
 	}
-	// Waiters are woken by the announcement; one that misses it still looks once more at its
-	// deadline, so a failed publish delays nothing but an attribution already past its grace.
-	_ = s.rdb.Publish(ctx, s.channel(), strings.Join(announce, "\n")).Err()
+	announcement := b.buf[annStart:]
+	value := func(i int) []byte {
+		start := 0
+		if i > 0 {
+			start = b.ends[i-1]
+		}
+		return b.buf[start:b.ends[i]]
+	}
+
+	ttl := s.ttl.Milliseconds()
+	if !s.cluster {
+		b.args = append(b.args, ttl, s.channel(), announcement)
+		for i := range b.keys {
+			b.args = append(b.args, value(i))
+		}
+		if err := storeBatch.Run(ctx, s.rdb, b.keys, b.args...).Err(); err != nil {
+			return fmt.Errorf("storing %d attribution facts: %w", len(b.keys), err)
+		}
+		return nil
+	}
+	// Redis Cluster: one call per key (each goes to its key's node), the announcement with
+	// the last; one pipeline.
+	pipe := s.rdb.Pipeline()
+	for i, k := range b.keys {
+		ann := []byte(nil)
+		if i == len(b.keys)-1 {
+			ann = announcement
+		}
+		storeBatch.Eval(ctx, pipe, []string{k}, ttl, s.channel(), ann, value(i))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("storing %d attribution facts: %w", len(b.keys), err)
+	}
 	return nil
 }
 
-type factKey struct{ key, uid string }
-
-// factRank orders facts claiming the same key; the lowest wins.
-func factRank(f *audit.Fact) string {
-	class := 1
+// appendRank appends the rank of f: facts claiming the same key keep the lowest.
+func appendRank(b []byte, f *audit.Fact) []byte {
+	class := byte('1')
 	if f.Verb == "delete" || f.Verb == "deletecollection" {
-		class = 0
+		class = '0'
 	}
 	ns := f.StageTimestamp.UnixNano()
 	if ns < 0 {
 		ns = 0
 	}
-	return fmt.Sprintf("%d%019d", class, ns)
+	b = append(b, class)
+	var digits [19]byte
+	for i := len(digits) - 1; i >= 0; i-- {
+		digits[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	return append(b, digits[:]...)
 }
 
-// keysFor lists the keys a fact is stored under.
-func (s *Store) keysFor(f *audit.Fact) []factKey {
-	var keys []factKey
+// appendKeys appends the keys a fact is stored under.
+func (s *Store) appendKeys(keys []string, f *audit.Fact) []string {
 	switch f.Verb {
 	case "delete":
 		if f.UID != "" {
-			keys = append(keys, factKey{s.deleteKey(f.Route, f.UID), f.UID})
+			keys = append(keys, s.deleteKey(f.Route, f.UID))
 		}
 	case "deletecollection":
 		for _, uid := range f.DeletedUIDs {
-			keys = append(keys, factKey{s.deleteKey(f.Route, uid), uid})
+			keys = append(keys, s.deleteKey(f.Route, uid))
 		}
 		return keys
 	}
 	if f.UID != "" && f.ResourceVersion != "" {
-		keys = append(keys, factKey{s.writeKey(f.Route, f.UID, f.ResourceVersion), f.UID})
+		keys = append(keys, s.writeKey(f.Route, f.UID, f.ResourceVersion))
 	}
 	return keys
 }
 
+// announcedUIDs lists the uid of each key appendKeys gives a fact (a uid once per fact).
+func announcedUIDs(f *audit.Fact) []string {
+	switch {
+	case f.Verb == "deletecollection":
+		return f.DeletedUIDs
+	case f.UID != "" && (f.Verb == "delete" || f.ResourceVersion != ""):
+		return []string{f.UID}
+	}
+	return nil
+}
+
 // Lookup returns the fact that explains a change of the object uid in cluster route: for a
 // delete, the delete fact; otherwise the fact that produced resourceVersion rv. It returns
-// (nil, nil) when there is none yet.
+// (nil, nil) when there is none yet. A record of a version this build does not know is no
+// fact: Lookup returns an error naming the version (the joiner logs it and counts it in
+// kubescribe_attribution_lookup_errors_total) and the change waits on, or is unresolved.
 func (s *Store) Lookup(ctx context.Context, route, uid, rv string, isDelete bool) (*audit.Fact, error) {
 	key := s.writeKey(route, uid, rv)
 	if isDelete {
@@ -159,11 +249,11 @@ func (s *Store) Lookup(ctx context.Context, route, uid, rv string, isDelete bool
 	if len(val) < rankWidth {
 		return nil, fmt.Errorf("attribution fact %s is truncated", key)
 	}
-	var f audit.Fact
-	if err := json.Unmarshal(val[rankWidth:], &f); err != nil {
-		return nil, fmt.Errorf("decoding attribution fact %s: %w", key, err)
+	f, err := decodeRecord(val[rankWidth:])
+	if err != nil {
+		return nil, fmt.Errorf("attribution fact %s: %w", key, err)
 	}
-	return &f, nil
+	return f, nil
 }
 
 // Announcements delivers "<route>/<uid>" for every fact stored by any replica, until ctx ends.
