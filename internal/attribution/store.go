@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,14 +84,51 @@ func (s *Store) deleteKey(route, uid string) string {
 
 func (s *Store) channel() string { return s.prefix.Key("facts") }
 
-// batchBuffers holds the encoded values of a batch; pooled.
-var batchBuffers = sync.Pool{New: func() any { return new(batch) }}
-
+// batch holds the encoding of one StoreFacts call; reused through batches.
 type batch struct {
-	buf  []byte   // every value, then the announcement
-	ends []int    // buf[ends[i-1]:ends[i]] is the value of keys[i]
-	keys []string // the keys, in order
-	args []any
+	buf     []byte   // every value, then the announcement
+	ends    []int    // buf[ends[i-1]:ends[i]] is the value of key i
+	keyBuf  []byte   // every key, back to back
+	keyEnds []int    // keyBuf[keyEnds[i-1]:keyEnds[i]] is key i
+	keys    []string // the keys, cut from one string
+	args    []any
+}
+
+// batches keeps a few batches for reuse. Unlike a sync.Pool it is not emptied by every garbage
+// collection, so a steady stream of audit batches allocates no encoding buffers.
+var batches = make(chan *batch, 4)
+
+func getBatch() *batch {
+	select {
+	case b := <-batches:
+		return b
+	default:
+		return new(batch)
+	}
+}
+
+func putBatch(b *batch) {
+	clear(b.keys)
+	clear(b.args)
+	b.buf, b.ends, b.keyBuf, b.keyEnds, b.keys, b.args = b.buf[:0], b.ends[:0], b.keyBuf[:0], b.keyEnds[:0], b.keys[:0], b.args[:0]
+	select {
+	case batches <- b:
+	default:
+	}
+}
+
+// appendKey appends the key P:fact:<route>:<uid>:<suffix...> (as writeKey and deleteKey).
+func (s *Store) appendKey(b *batch, route, uid string, suffix ...string) {
+	b.keyBuf = append(b.keyBuf, s.prefix.String()...)
+	b.keyBuf = append(b.keyBuf, ":fact:"...)
+	b.keyBuf = append(b.keyBuf, route...)
+	b.keyBuf = append(b.keyBuf, ':')
+	b.keyBuf = append(b.keyBuf, uid...)
+	for _, p := range suffix {
+		b.keyBuf = append(b.keyBuf, ':')
+		b.keyBuf = append(b.keyBuf, p...)
+	}
+	b.keyEnds = append(b.keyEnds, len(b.keyBuf))
 }
 
 // StoreFacts stores facts durably and announces them, in one round trip to Redis: a single
@@ -103,46 +139,42 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 	if len(facts) == 0 {
 		return nil
 	}
-	b := batchBuffers.Get().(*batch)
-	defer func() {
-		clear(b.keys)
-		clear(b.args)
-		b.buf, b.ends, b.keys, b.args = b.buf[:0], b.ends[:0], b.keys[:0], b.args[:0]
-		batchBuffers.Put(b)
-	}()
+	b := getBatch()
+	defer putBatch(b)
 
 	// Values: the record is encoded once per fact and repeated for each of its keys.
 	for i := range facts {
 		f := &facts[i]
-		first := len(b.keys)
-		b.keys = s.appendKeys(b.keys, f)
-		if len(b.keys) == first {
+		first := len(b.keyEnds)
+		s.appendKeys(b, f)
+		if len(b.keyEnds) == first {
 			continue
 		}
 		start := len(b.buf)
 		b.buf = appendRank(b.buf, f)
 		b.buf = appendRecord(b.buf, f)
 		b.ends = append(b.ends, len(b.buf))
-		for range len(b.keys) - first - 1 {
+		for range len(b.keyEnds) - first - 1 {
 			b.buf = append(b.buf, b.buf[start:b.ends[len(b.ends)-1]]...)
 			b.ends = append(b.ends, len(b.buf))
 		}
 	}
-	if len(b.keys) == 0 {
+	if len(b.keyEnds) == 0 {
 		return nil
+	}
+	// One allocation for every key of the batch.
+	all := string(b.keyBuf)
+	for i, end := range b.keyEnds {
+		start := 0
+		if i > 0 {
+			start = b.keyEnds[i-1]
+		}
+		b.keys = append(b.keys, all[start:end])
 	}
 	// The announcement: "<route>/<uid>" per key, one per line; the uid is the key's.
 	annStart := len(b.buf)
 	for i := range facts {
-		f := &facts[i]
-		for _, uid := range announcedUIDs(f) {
-			if len(b.buf) > annStart {
-				b.buf = append(b.buf, '\n')
-			}
-			b.buf = append(b.buf, f.Route...)
-			b.buf = append(b.buf, '/')
-			b.buf = append(b.buf, uid...)
-		}
+		b.buf = appendAnnouncement(b.buf, annStart, &facts[i])
 	}
 	announcement := b.buf[annStart:]
 	value := func(i int) []byte {
@@ -199,34 +231,44 @@ func appendRank(b []byte, f *audit.Fact) []byte {
 	return append(b, digits[:]...)
 }
 
-// appendKeys appends the keys a fact is stored under.
-func (s *Store) appendKeys(keys []string, f *audit.Fact) []string {
+// appendKeys appends the keys a fact is stored under (writeKey, deleteKey) to b.
+func (s *Store) appendKeys(b *batch, f *audit.Fact) {
 	switch f.Verb {
 	case "delete":
 		if f.UID != "" {
-			keys = append(keys, s.deleteKey(f.Route, f.UID))
+			s.appendKey(b, f.Route, f.UID, "delete")
 		}
 	case "deletecollection":
 		for _, uid := range f.DeletedUIDs {
-			keys = append(keys, s.deleteKey(f.Route, uid))
+			s.appendKey(b, f.Route, uid, "delete")
 		}
-		return keys
+		return
 	}
 	if f.UID != "" && f.ResourceVersion != "" {
-		keys = append(keys, s.writeKey(f.Route, f.UID, f.ResourceVersion))
+		s.appendKey(b, f.Route, f.UID, "rv", f.ResourceVersion)
 	}
-	return keys
 }
 
-// announcedUIDs lists the uid of each key appendKeys gives a fact (a uid once per fact).
-func announcedUIDs(f *audit.Fact) []string {
+// appendAnnouncement appends "<route>/<uid>" for the object of each key appendKeys gives f
+// (each object once), newline-separated; start is where the announcement began in b.
+func appendAnnouncement(b []byte, start int, f *audit.Fact) []byte {
+	one := func(uid string) {
+		if len(b) > start {
+			b = append(b, '\n')
+		}
+		b = append(b, f.Route...)
+		b = append(b, '/')
+		b = append(b, uid...)
+	}
 	switch {
 	case f.Verb == "deletecollection":
-		return f.DeletedUIDs
+		for _, uid := range f.DeletedUIDs {
+			one(uid)
+		}
 	case f.UID != "" && (f.Verb == "delete" || f.ResourceVersion != ""):
-		return []string{f.UID}
+		one(f.UID)
 	}
-	return nil
+	return b
 }
 
 // Lookup returns the fact that explains a change of the object uid in cluster route: for a

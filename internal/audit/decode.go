@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 )
@@ -178,24 +177,41 @@ type decoder struct {
 	// one user share them rather than allocating them per event.
 	lastGroups []string
 	lastExtra  map[string][]string
-	// query caches the parsed query of the current event's requestURI.
-	query     []byte
-	queryDone bool
+	// arena holds the bytes of the facts' other strings (auditIDs, names, uids,
+	// resourceVersions): one allocation for many. Through decodeBytes it is handed over with the
+	// facts; in the handler it is reused by the next batch (see FactStore).
+	arena []byte
 }
+
+// arenaChunk is the size of an arena allocation: the strings of a few hundred facts.
+const arenaChunk = 32 << 10
 
 const maxInterned = 4096
 
-var decoderPool = sync.Pool{New: func() any { return &decoder{interned: make(map[string]string, 64)} }}
+// decoders keeps a few decoders for reuse. Unlike a sync.Pool it is not emptied by every
+// garbage collection, so a steady stream of batches reuses the same fact slices.
+var decoders = make(chan *decoder, 4)
 
-func getDecoder() *decoder { return decoderPool.Get().(*decoder) }
+func getDecoder() *decoder {
+	select {
+	case d := <-decoders:
+		return d
+	default:
+		return &decoder{interned: make(map[string]string, 64)}
+	}
+}
 
-// putDecoder returns d to the pool; facts handed out by d must no longer be used.
+// putDecoder keeps d for reuse; facts handed out by d must no longer be used.
 func putDecoder(d *decoder) {
 	clear(d.facts)
 	d.facts = d.facts[:0]
 	d.s.data = nil
 	d.stats = DecodeStats{}
-	decoderPool.Put(d)
+	d.arena = d.arena[:0]
+	select {
+	case decoders <- d:
+	default:
+	}
 }
 
 // Decode reads one audit.k8s.io/v1 EventList, as the apiserver's audit webhook posts it, and
@@ -221,9 +237,9 @@ func Decode(r io.Reader, route string) (facts []Fact, stats DecodeStats, err err
 // decodeBytes is Decode for a body already in memory. The facts are the caller's.
 func decodeBytes(data []byte, route string) ([]Fact, DecodeStats, error) {
 	d := getDecoder()
-	d.facts = nil // handed to the caller, not reused
+	d.facts, d.arena = nil, nil // handed to the caller, not reused
 	facts, stats, err := d.decode(data, route)
-	d.facts = nil
+	d.facts, d.arena = nil, nil
 	putDecoder(d)
 	return facts, stats, err
 }
@@ -401,7 +417,6 @@ func (d *decoder) event() {
 	user.reset()
 	imp.reset()
 	*ev = event{user: user, imp: imp}
-	d.queryDone = false
 	var seen uint32
 	for first := true; ; {
 		key, ok := s.object(&first)
@@ -490,6 +505,21 @@ func (d *decoder) intern(b []byte) string {
 	return v
 }
 
+// arenaString copies b into the arena and returns it as a string.
+func (d *decoder) arenaString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(d.arena)-len(d.arena) < len(b) {
+		// The full chunk stays alive as long as a string points into it. The next one is
+		// larger, so that a reused arena soon holds a whole batch.
+		d.arena = make([]byte, 0, max(arenaChunk, 2*cap(d.arena), len(b)))
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	return unsafe.String(&d.arena[start], len(b))
+}
+
 // stringValue reads a string field: ("", true) for null, ("", false) for another type (the
 // value is skipped). intern chooses interning for values that repeat across events.
 func (d *decoder) stringValue(intern bool) (string, bool) {
@@ -501,7 +531,7 @@ func (d *decoder) stringValue(intern bool) (string, bool) {
 		if intern {
 			return d.intern(b), true
 		}
-		return string(b), true
+		return d.arenaString(b), true
 	case 'n':
 		s.literal("null")
 		return "", true
@@ -917,7 +947,7 @@ func (d *decoder) extract() (Fact, DropReason) {
 		if dry {
 			return Fact{}, DropDryRun
 		}
-	} else if _, dry := d.requestQuery()["dryRun"]; dry {
+	} else if d.queryHasDryRun() {
 		return Fact{}, DropDryRun
 	}
 
@@ -940,7 +970,7 @@ func (d *decoder) extract() (Fact, DropReason) {
 	}
 
 	if ev.verb == "deletecollection" {
-		f.LabelSelector = d.requestQuery().Get("labelSelector")
+		f.LabelSelector = d.labelSelector()
 	}
 	if ev.verb == "delete" {
 		f.UID = firstNonEmpty(ev.details.uid, f.UID)
@@ -1102,25 +1132,73 @@ func (d *decoder) listItemUIDs(sp span) []string {
 	return uids
 }
 
-// requestQuery parses the query of the event's requestURI, only when it can matter: it names
-// dryRun (possibly percent-encoded) or the verb is deletecollection (labelSelector). A
-// malformed pair does not hide the others: url.ParseQuery keeps every pair it could parse.
-func (d *decoder) requestQuery() url.Values {
+// query returns the query of the event's requestURI, unescaped from JSON; it aliases the
+// scanner's scratch buffer.
+func (d *decoder) query() []byte {
 	ev := &d.ev
 	if !ev.uri.set {
 		return nil
 	}
 	uri := d.s.unescape(ev.uri.start, ev.uri.end, ev.uri.escaped)
 	i := bytes.IndexByte(uri, '?')
-	if i < 0 || i == len(uri)-1 {
+	if i < 0 {
 		return nil
 	}
-	raw := uri[i+1:]
-	if ev.verb != "deletecollection" && !bytes.Contains(raw, []byte("dryRun")) && bytes.IndexByte(raw, '%') < 0 {
-		return nil
+	return uri[i+1:]
+}
+
+// queryHasDryRun reports whether the event's requestURI has a dryRun query parameter (any
+// value), exactly as url.ParseQuery would find it: pairs are split on '&', a pair holding ';'
+// or an invalid escape (in its key or value) is skipped, keys are unescaped. It allocates only
+// to unescape a key that holds an escape.
+func (d *decoder) queryHasDryRun() bool {
+	for q := d.query(); len(q) > 0; {
+		var pair []byte
+		if i := bytes.IndexByte(q, '&'); i >= 0 {
+			pair, q = q[:i], q[i+1:]
+		} else {
+			pair, q = q, nil
+		}
+		if len(pair) == 0 || bytes.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		key, value := pair, []byte(nil)
+		if i := bytes.IndexByte(pair, '='); i >= 0 {
+			key, value = pair[:i], pair[i+1:]
+		}
+		if !validEscapes(key) || !validEscapes(value) {
+			continue
+		}
+		if string(key) == "dryRun" {
+			return true
+		}
+		if bytes.IndexByte(key, '%') >= 0 || bytes.IndexByte(key, '+') >= 0 {
+			if k, err := url.QueryUnescape(string(key)); err == nil && k == "dryRun" {
+				return true
+			}
+		}
 	}
-	q, _ := url.ParseQuery(string(raw))
-	return q
+	return false
+}
+
+// validEscapes reports whether every '%' of b starts an escape of two hex digits.
+func validEscapes(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] == '%' {
+			if i+2 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
+// labelSelector returns the labelSelector query parameter of the event's requestURI. A
+// malformed pair does not hide the others: url.ParseQuery keeps every pair it could parse.
+func (d *decoder) labelSelector() string {
+	q, _ := url.ParseQuery(string(d.query()))
+	return q.Get("labelSelector")
 }
 
 // unsafeString views b as a string for a call that does not keep it.

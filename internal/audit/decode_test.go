@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,6 +136,10 @@ func TestDecodeFilter(t *testing.T) {
 		{name: "dry run any value", query: "?fieldManager=x&dryRun=", status: `{"code":200}`, want: DropDryRun},
 		{name: "dry run with a malformed pair", query: "?a=%zz&dryRun=All", status: `{"code":200}`, want: DropDryRun},
 		{name: "dryRun in the path is not a query", query: "-dryRun", status: `{"code":200}`},
+		{name: "escaped dryRun key", query: "?dry%52un=All", status: `{"code":200}`, want: DropDryRun},
+		{name: "dryRun pair with an invalid escape is no pair", query: "?dryRun=%zz", status: `{"code":200}`},
+		{name: "dryRun pair with a semicolon is no pair", query: "?x=1;dryRun=All", status: `{"code":200}`},
+		{name: "dryRun without a value", query: "?a&dryRun", status: `{"code":200}`, want: DropDryRun},
 		{name: "status subresource", ref: `,"subresource":"status"`, status: `{"code":200}`, want: DropSubresource},
 		{name: "scale subresource", ref: `,"subresource":"scale"`, status: `{"code":200}`},
 	}
@@ -153,6 +158,24 @@ func TestDecodeFilter(t *testing.T) {
 			require.Equal(t, map[DropReason]int{tt.want: 1}, stats.Dropped)
 		})
 	}
+}
+
+// TestQueryHasDryRunAgreesWithParseQuery holds the allocation-free dryRun check to
+// url.ParseQuery's reading of a query.
+func TestQueryHasDryRunAgreesWithParseQuery(t *testing.T) {
+	for _, q := range []string{"", "dryRun", "dryRun=", "dryRun=All", "a=1&dryRun=All", "dryRun=%zz", "dry%52un=1", "dry%52un=%z",
+		"dry%5", "x;dryRun=1", "x=1&&dryRun", "dryRun=a;b", "dryrun=All", "DryRun=All", "dry+Run=1", "%64ryRun=", "a=%zz&dryRun=All", "dryRun%=1"} {
+		_, want := parseQuery(q)["dryRun"]
+		ev := crEvent("q", "patch", "w1", `{}`, `{"kind":"Widget","metadata":{"uid":"u","resourceVersion":"1"}}`)
+		ev = strings.Replace(ev, `/widgets/w1"`, `/widgets/w1?`+q+`"`, 1)
+		_, stats := decodeBody(t, eventList(ev))
+		require.Equal(t, want, stats.Dropped[DropDryRun] == 1, "query %q", q)
+	}
+}
+
+func parseQuery(q string) url.Values {
+	v, _ := url.ParseQuery(q)
+	return v
 }
 
 func fmtBase(base string, args ...string) string {

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -187,9 +186,10 @@ func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// Bodies are read into pooled buffers: a batch costs no allocation that grows with its size
-// once the pool holds a buffer as large as the batches.
-var bodyPool sync.Pool
+// Bodies are read into reused buffers: a batch costs no allocation that grows with its size
+// once a buffer as large as the batches is kept. Unlike a sync.Pool, the few kept buffers are
+// not dropped by every garbage collection.
+var bodies = make(chan *[]byte, 4)
 
 // minBodyBuffer is the first size of a buffer for a body of unknown length.
 const minBodyBuffer = 64 << 10
@@ -201,11 +201,13 @@ func getBody(contentLength int64) *[]byte {
 	if contentLength >= 0 {
 		want = int(contentLength) + 1
 	}
-	if p, ok := bodyPool.Get().(*[]byte); ok {
+	select {
+	case p := <-bodies:
 		if cap(*p) >= want {
 			return p
 		}
-		// Too small for this body: drop it, so that the pool converges on the batch size.
+		// Too small for this body: drop it, so that the kept buffers grow to the batch size.
+	default:
 	}
 	b := make([]byte, 0, want)
 	return &b
@@ -213,7 +215,10 @@ func getBody(contentLength int64) *[]byte {
 
 func putBody(p *[]byte) {
 	*p = (*p)[:0]
-	bodyPool.Put(p)
+	select {
+	case bodies <- p:
+	default:
+	}
 }
 
 var errTooLarge = errors.New("body exceeds the limit")

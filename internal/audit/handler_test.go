@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,9 +35,48 @@ func (s *fakeStore) StoreFacts(_ context.Context, facts []Fact) error {
 	if s.err != nil {
 		return s.err
 	}
-	// The handler reuses the facts' memory after StoreFacts returns: keep a copy.
-	s.batches = append(s.batches, slices.Clone(facts))
+	// The handler reuses the facts' memory after StoreFacts returns: keep a deep copy.
+	c := make([]Fact, len(facts))
+	for i, f := range facts {
+		c[i] = cloneFact(f)
+	}
+	s.batches = append(s.batches, c)
 	return nil
+}
+
+// cloneFact copies f and everything it points to.
+func cloneFact(f Fact) Fact {
+	c := f
+	for _, p := range []*string{&c.Route, &c.Group, &c.Resource, &c.Subresource, &c.Namespace, &c.Name, &c.UID,
+		&c.ResourceVersion, &c.Verb, &c.AuditID, &c.LabelSelector, &c.User.Username, &c.User.UID} {
+		*p = strings.Clone(*p)
+	}
+	if f.User.Groups != nil {
+		c.User.Groups = make([]string, len(f.User.Groups))
+		for i, g := range f.User.Groups {
+			c.User.Groups[i] = strings.Clone(g)
+		}
+	}
+	if f.User.Extra != nil {
+		c.User.Extra = make(map[string][]string, len(f.User.Extra))
+		for k, vs := range f.User.Extra {
+			var cv []string
+			if vs != nil {
+				cv = make([]string, len(vs))
+				for i, v := range vs {
+					cv[i] = strings.Clone(v)
+				}
+			}
+			c.User.Extra[strings.Clone(k)] = cv
+		}
+	}
+	if f.DeletedUIDs != nil {
+		c.DeletedUIDs = make([]string, len(f.DeletedUIDs))
+		for i, u := range f.DeletedUIDs {
+			c.DeletedUIDs[i] = strings.Clone(u)
+		}
+	}
+	return c
 }
 
 func (s *fakeStore) stored() [][]Fact {
