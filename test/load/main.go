@@ -151,15 +151,15 @@ func run(o options) (err error) {
 
 	step("waiting up to %s for the repository to hold exactly the live objects", o.settle)
 	settleStart := time.Now()
-	var mismatch string
-	if err := waitFor(ctx, o.settle, "the repository to match the cluster", func() (bool, error) {
-		var err error
-		mismatch, err = repoMismatch(ctx, s, repoDir)
-		return mismatch == "", err
-	}); err != nil {
-		return fmt.Errorf("%w: %s", err, mismatch)
+	mismatch, err := settle(ctx, s, repoDir, o.settle)
+	if err != nil {
+		return err
 	}
-	step("settled %.1fs after the load", time.Since(settleStart).Seconds())
+	if len(mismatch) == 0 {
+		step("settled %.1fs after the load", time.Since(settleStart).Seconds())
+	} else {
+		step("not settled after %.1fs (kubescribe idle, repository unchanged): %d differences", time.Since(settleStart).Seconds(), len(mismatch))
+	}
 
 	ksAfter, err := scrape(s.OpsURL + "/metrics")
 	if err != nil {
@@ -203,6 +203,16 @@ func run(o options) (err error) {
 	}
 
 	var failed []string
+	if len(mismatch) > 0 {
+		failed = append(failed, fmt.Sprintf("the repository differs from the cluster in %d objects", len(mismatch)))
+		for i, m := range mismatch {
+			if i == 10 {
+				fmt.Printf("      ...\n")
+				break
+			}
+			fmt.Printf("      %s\n", m)
+		}
+	}
 	if check.unresolved > 0 || unresolved > 0 {
 		failed = append(failed, "unresolved authors (dropped attributions)")
 	}
@@ -452,16 +462,16 @@ func repoFiles(ctx context.Context, repoDir string) (map[string]string, error) {
 }
 
 // repoMismatch says how main differs from the live load objects (each with its live
-// counter); "" when it holds exactly them.
-func repoMismatch(ctx context.Context, s *stack.Stack, repoDir string) (string, error) {
+// counter); nil when it holds exactly them.
+func repoMismatch(ctx context.Context, s *stack.Stack, repoDir string) ([]string, error) {
 	kube, err := kubernetes.NewForConfig(s.AdminConfig)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	want := map[string]string{} // path -> counter
 	cms, err := kube.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, cm := range cms.Items {
 		if cm.Name == "kube-root-ca.crt" {
@@ -471,31 +481,33 @@ func repoMismatch(ctx context.Context, s *stack.Stack, repoDir string) (string, 
 	}
 	pts, err := kube.CoreV1().PodTemplates(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, pt := range pts.Items {
 		want[objectPath("podtemplates", pt.Name)] = pt.Labels["n"]
 	}
 	files, err := repoFiles(ctx, repoDir)
 	if err != nil {
-		return "no branch main yet", nil
+		return []string{"no branch main yet"}, nil
 	}
+	var diffs []string
 	for p := range files {
 		if _, ok := want[p]; !ok && strings.HasPrefix(p, path.Join(targetPath, namespace)+"/") {
-			return p + " is in Git but not in the cluster", nil
+			diffs = append(diffs, p+" is in Git but not in the cluster")
 		}
 	}
 	for p, n := range want {
 		blob, ok := files[p]
 		if !ok {
-			return p + " is in the cluster but not in Git", nil
+			diffs = append(diffs, p+" is in the cluster but not in Git")
+			continue
 		}
 		if n == "" {
 			continue
 		}
 		out, err := exec.CommandContext(ctx, "git", "--git-dir", repoDir, "cat-file", "blob", blob).Output()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		var obj struct {
 			Data     map[string]string `json:"data"`
@@ -504,13 +516,47 @@ func repoMismatch(ctx context.Context, s *stack.Stack, repoDir string) (string, 
 			} `json:"metadata"`
 		}
 		if err := yaml.Unmarshal(out, &obj); err != nil {
-			return "", fmt.Errorf("%s: %w", p, err)
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		if obj.Data["n"] != n && obj.Metadata.Labels["n"] != n {
-			return fmt.Sprintf("%s holds n=%q/%q, the cluster n=%q", p, obj.Data["n"], obj.Metadata.Labels["n"], n), nil
+			diffs = append(diffs, fmt.Sprintf("%s holds n=%q/%q, the cluster n=%q", p, obj.Data["n"], obj.Metadata.Labels["n"], n))
 		}
 	}
-	return "", nil
+	sort.Strings(diffs)
+	return diffs, nil
+}
+
+// settle waits until the repository holds exactly the live objects, or until timeout, or
+// until kubescribe has nothing pending and the repository's tip has not moved for
+// idleFor: then waiting longer changes nothing. It returns the remaining differences.
+func settle(ctx context.Context, s *stack.Stack, repoDir string, timeout time.Duration) ([]string, error) {
+	const idleFor = 20 * time.Second
+	deadline := time.Now().Add(timeout)
+	var lastTip string
+	lastMove := time.Now()
+	for {
+		diffs, err := repoMismatch(ctx, s, repoDir)
+		if err != nil || len(diffs) == 0 {
+			return diffs, err
+		}
+		tip, _ := exec.CommandContext(ctx, "git", "--git-dir", repoDir, "rev-parse", "main").Output()
+		if string(tip) != lastTip {
+			lastTip, lastMove = string(tip), time.Now()
+		}
+		m, err := scrape(s.OpsURL + "/metrics")
+		if err != nil {
+			return nil, err
+		}
+		idle := m.sum("kubescribe_attribution_pending_changes", "") == 0 && time.Since(lastMove) > idleFor
+		if idle || time.Now().After(deadline) {
+			return diffs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 type authorCheck struct {
