@@ -185,6 +185,14 @@ func appendStrings(b []byte, vs []string) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// safeASCII reports the ASCII bytes a JSON string holds as they are.
+var safeASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string, escaped as encoding/json escapes it: '"', '\\' and
 // control characters, '<', '>' and '&' (HTML-safe), U+2028 and U+2029; invalid UTF-8 becomes
 // U+FFFD.
@@ -194,7 +202,7 @@ func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if safeASCII[c] {
 				i++
 				continue
 			}
