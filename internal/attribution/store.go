@@ -33,15 +33,17 @@ const rankWidth = 20
 
 // storeBatch stores a batch of facts and announces them, in one call. KEYS are the fact keys;
 // ARGV[1] is the TTL in milliseconds, ARGV[2] the channel, ARGV[3] the announcement ("" for
-// none) and ARGV[3+i] the value for KEYS[i] (rank, then record). A key keeps its value unless
-// the new rank is lower (better), so storing a batch again (the apiserver retries a batch it got
+// none) and ARGV[3+i] the value for KEYS[i] (rank, then record). A new key is set at once (SET
+// NX); an existing key keeps its value unless the new rank is lower (better), so storing a
+// batch again (the apiserver retries a batch it got
 // no 200 for) changes nothing. It returns the number of keys written.
 var storeBatch = redis.NewScript(`
 local n = 0
 for i, key in ipairs(KEYS) do
   local v = ARGV[3 + i]
-  local cur = redis.call('GET', key)
-  if not cur or string.sub(cur, 1, 20) > string.sub(v, 1, 20) then
+  if redis.call('SET', key, v, 'NX', 'PX', ARGV[1]) then
+    n = n + 1
+  elseif string.sub(redis.call('GET', key), 1, 20) > string.sub(v, 1, 20) then
     redis.call('SET', key, v, 'PX', ARGV[1])
     n = n + 1
   end
