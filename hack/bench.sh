@@ -13,10 +13,9 @@ awk '
 /^Benchmark/ {
   name=$1; sub(/-[0-9]+$/, "", name)
   top=name; sub(/\/.*/, "", top); sub_=name; sub(/^[^\/]*\/?/, "", sub_)
-  ns=""; bytes=""; allocs=""; perbyte=""
-  for (i=2;i<=NF;i++) { if ($i=="ns/op") ns=$(i-1); if ($i=="B/op") bytes=$(i-1); if ($i=="allocs/op") allocs=$(i-1); if ($i=="alloc-B/body-B") perbyte=$(i-1) }
+  ns=""; bytes=""; allocs=""
+  for (i=2;i<=NF;i++) { if ($i=="ns/op") ns=$(i-1); if ($i=="B/op") bytes=$(i-1); if ($i=="allocs/op") allocs=$(i-1) }
   key=top SUBSEP sub_; n[key]++; NS[key,n[key]]=ns; BY[key,n[key]]=bytes; AL[key,n[key]]=allocs
-  if (perbyte!="") { PB[key,n[key]]=perbyte; haspb[key]=1 }
   if (!(key in seen)) { seen[key]=1; order[++cnt]=key }
   if (sub_ ~ /^baseline/) base[top]=key
 }
@@ -33,15 +32,5 @@ END {
     bns=median(NS,b,n[b]); bb=median(BY,b,n[b]); ba=median(AL,b,n[b])
     printf "  %-60s time %.2fx  bytes %.2fx  allocs %.2fx  (vs %s)\n", top "/" p[2],
       median(NS,key,n[key])/bns, (bb? median(BY,key,n[key])/bb : 0), (ba? median(AL,key,n[key])/ba : 0), p[2] == "" ? "" : substr(b, index(b, SUBSEP)+1)
-  }
-  # Benchmarks reporting alloc-B/body-B: bytes allocated per byte of input (not a ratio to
-  # the baseline, which may allocate nothing).
-  header=0
-  for (k=1;k<=cnt;k++) {
-    key=order[k]
-    if (!(key in haspb)) continue
-    if (!header) { print ""; print "bytes allocated per byte of input (median alloc-B/body-B):"; header=1 }
-    split(key, p, SUBSEP)
-    printf "  %-60s %.3f\n", p[1] "/" p[2], median(PB,key,n[key])
   }
 }' "$out"
