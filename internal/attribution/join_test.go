@@ -217,3 +217,20 @@ func TestJoinSweepPassesAtOnce(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, watch.OpSweep, got[0].Op)
 }
+
+// TestJoinKeepsOrderAcrossRecreation: an object deleted and created again under its name has
+// two uids; the create, whose fact is already there, must not overtake the delete still waiting
+// for its own, or the writer would remove the new file.
+func TestJoinKeepsOrderAcrossRecreation(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "new", ResourceVersion: "20", Verb: "create", User: audit.Identity{Username: "bob"}, AuditID: "a2"}, false)
+	j, out := startJoiner(t, facts, 200*time.Millisecond)
+	del := change("old", "10", watch.OpDelete)
+	del.Name = "cfg"
+	create := change("new", "20", watch.OpCreate)
+	create.Name = "cfg"
+	j.Join(del, func(ac AttributedChange) { out <- ac })
+	j.Join(create, func(ac AttributedChange) { out <- ac })
+	require.Equal(t, watch.OpDelete, (<-out).Op)
+	require.Equal(t, watch.OpCreate, (<-out).Op)
+}

@@ -6,12 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
 )
 
 // BenchmarkIngestSynthetic and BenchmarkIngestCaptured measure the audit endpoint end to end
@@ -132,21 +130,4 @@ func reportAllocPerByte(b *testing.B, bodyLen int) func() {
 }
 
 // startBenchRedis runs a real redis-server on a free loopback port in a temporary directory.
-func startBenchRedis(b *testing.B) *redis.Client {
-	b.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		b.Skip("redis-server not installed (apt-get install redis-server)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(b, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(b, l.Close())
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", b.TempDir(), "--save", "", "--appendonly", "no")
-	require.NoError(b, cmd.Start())
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	rdb := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
-	b.Cleanup(func() { _ = rdb.Close() })
-	require.Eventually(b, func() bool { return rdb.Ping(context.Background()).Err() == nil }, 10*time.Second, 20*time.Millisecond)
-	return rdb
-}
+func startBenchRedis(b *testing.B) *redis.Client { return redistest.Start(b) }
