@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,7 +122,15 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 			// other; only what no fact explains stays the committer's snapshot.
 			c.Snapshot = false
 		}
-		emit(AttributedChange{Change: c, Author: author})
+		if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
+			// The rule does not mirror this user's writes; an unresolved author is never
+			// excluded.
+			if j.metrics != nil {
+				j.metrics.excluded.Inc()
+			}
+		} else {
+			emit(AttributedChange{Change: c, Author: author})
+		}
 		close(done)
 		j.mu.Lock()
 		if j.tails[seq] == done {

@@ -234,3 +234,27 @@ func TestJoinKeepsOrderAcrossRecreation(t *testing.T) {
 	require.Equal(t, watch.OpDelete, (<-out).Op)
 	require.Equal(t, watch.OpCreate, (<-out).Op)
 }
+
+// TestJoinExcludesUsers: a change attributed to a user its rule excludes is dropped; an
+// unresolved change never is.
+func TestJoinExcludesUsers(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "update", User: audit.Identity{Username: "argocd"}, AuditID: "a1"}, false)
+	facts.add(audit.Fact{Route: "local", UID: "u2", ResourceVersion: "11", Verb: "update", User: audit.Identity{Username: "alice"}, AuditID: "a2"}, false)
+	j, out := startJoiner(t, facts, 20*time.Millisecond)
+	for _, c := range []watch.Change{change("u1", "10", watch.OpUpdate), change("u2", "11", watch.OpUpdate), change("u3", "12", watch.OpUpdate)} {
+		c.ExcludeUsers = []string{"argocd", unresolvedName}
+		j.Join(c, func(ac AttributedChange) { out <- ac })
+	}
+	got := map[string]string{}
+	for range 2 {
+		ac := <-out
+		got[ac.UID] = ac.Author.Username
+	}
+	require.NoError(t, j.Wait(context.Background()))
+	require.Equal(t, map[string]string{"u2": "alice", "u3": UnresolvedUsername}, got)
+	require.Empty(t, out, "the excluded user's change is dropped")
+}
+
+// unresolvedName is listed as excluded in the test: an unresolved change must still pass.
+const unresolvedName = UnresolvedUsername

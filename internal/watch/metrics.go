@@ -10,6 +10,7 @@ import (
 type Metrics struct {
 	events    *prometheus.CounterVec
 	informers *prometheus.GaugeVec
+	excludes  *prometheus.CounterVec
 }
 
 // NewMetrics creates the watch metrics and registers them with reg.
@@ -24,6 +25,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_watch_informers",
 			Help: "Running informers, by cluster: one per (resource, namespace scope), shared by every GitTarget that selects it.",
 		}, []string{"cluster"}),
+		excludes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_excluded_changes_total",
+			Help: "Writes a rule excludes, not mirrored, by cluster, resource and reason (field_manager).",
+		}, []string{"cluster", "resource", "reason"}),
+	}
+}
+
+func (m *Metrics) excluded(cluster string, gvr schema.GroupVersionResource, reason string) {
+	if m != nil {
+		m.excludes.WithLabelValues(cluster, resourceLabel(gvr), reason).Inc()
 	}
 }
 

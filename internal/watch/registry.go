@@ -29,6 +29,39 @@ type StreamSpec struct {
 	Namespace string
 	// Operations selects which operations are emitted; empty means all.
 	Operations []Op
+	// ExcludeFieldManagers suppresses creates and updates whose newest managedFields entry
+	// names one of these managers (with tied entries, only when every tied manager is listed).
+	ExcludeFieldManagers []string
+	// ExcludeUsers suppresses changes attributed to one of these users; it travels with each
+	// Change and is applied by the join, once the author is known.
+	ExcludeUsers []string
+}
+
+// subscriptionSpec is what the owners of one target want of one informer.
+type subscriptionSpec struct {
+	ops                  []Op
+	excludeFieldManagers []string
+	excludeUsers         []string
+}
+
+// merge adds another owner's wishes: the union of the operations, and only the exclusions
+// both share (an owner that does not exclude a write wants it mirrored).
+func (a subscriptionSpec) merge(b subscriptionSpec) subscriptionSpec {
+	return subscriptionSpec{
+		ops:                  unionOps(a.ops, b.ops),
+		excludeFieldManagers: intersect(a.excludeFieldManagers, b.excludeFieldManagers),
+		excludeUsers:         intersect(a.excludeUsers, b.excludeUsers),
+	}
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if slices.Contains(b, v) && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // key identifies a stream: one target's view of one informer.
@@ -217,20 +250,24 @@ func (c *Cluster) reconcileLocked() {
 	if c.ctx == nil || c.stopped {
 		return
 	}
-	want := map[informerKey]map[types.NamespacedName][]Op{}
+	want := map[informerKey]map[types.NamespacedName]subscriptionSpec{}
 	for _, specs := range c.owners {
 		for _, spec := range specs {
 			ik := spec.informer()
 			subs := want[ik]
 			if subs == nil {
-				subs = map[types.NamespacedName][]Op{}
+				subs = map[types.NamespacedName]subscriptionSpec{}
 				want[ik] = subs
 			}
-			if prev, ok := subs[spec.Target]; ok {
-				subs[spec.Target] = unionOps(prev, spec.Operations)
-			} else {
-				subs[spec.Target] = slices.Clone(spec.Operations)
+			sub := subscriptionSpec{
+				ops:                  slices.Clone(spec.Operations),
+				excludeFieldManagers: slices.Clone(spec.ExcludeFieldManagers),
+				excludeUsers:         slices.Clone(spec.ExcludeUsers),
 			}
+			if prev, ok := subs[spec.Target]; ok {
+				sub = prev.merge(sub)
+			}
+			subs[spec.Target] = sub
 		}
 	}
 	for k, inf := range c.informers {
