@@ -119,10 +119,11 @@ func New(opts Options) (_ *App, err error) {
 	}
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log})
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
-		Render:  declared.Manifest,
-		Emit:    func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
-		Logger:  a.log.With("component", "watch"),
-		Metrics: watch.NewMetrics(opts.Registry),
+		Render:           declared.Manifest,
+		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
+		Logger:           a.log.With("component", "watch"),
+		Metrics:          watch.NewMetrics(opts.Registry),
+		DiscoveryRefresh: opts.DiscoveryRefresh,
 	})
 	if err != nil {
 		return nil, err

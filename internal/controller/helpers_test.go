@@ -212,6 +212,15 @@ func (d rawDiscovery) ServerPreferredResources() ([]*metav1.APIResourceList, err
 	return d.lists, d.err
 }
 
+// ServerGroupsAndResources serves the lists as given; the first list of a group is its
+// preferred version.
+func (d rawDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	fd := kubefake.NewClientset().Discovery().(*fakediscovery.FakeDiscovery)
+	fd.Resources = d.lists
+	groups, lists, _ := fd.ServerGroupsAndResources()
+	return groups, lists, d.err
+}
+
 // ---------------------------------------------------------------------------------------------
 // Object builders.
 
