@@ -86,10 +86,18 @@ func (c *Cluster) refreshLocked() bool {
 	c.cat.err = err
 	if err != nil {
 		c.log.Warn("discovery refresh failed; keeping the last catalog", "err", err)
+		c.opts.Metrics.refreshed(c.name, refreshFailed)
 		return false
 	}
-	changed := c.cat.catalog != nil && c.cat.catalog.fingerprint != cat.fingerprint
+	first := c.cat.catalog == nil
+	changed := !first && c.cat.catalog.fingerprint != cat.fingerprint
 	c.cat.catalog = cat
+	switch {
+	case changed:
+		c.opts.Metrics.refreshed(c.name, refreshChanged)
+	case !first:
+		c.opts.Metrics.refreshed(c.name, refreshUnchanged)
+	}
 	return changed
 }
 
@@ -166,6 +174,7 @@ func (c *Cluster) syncTriggers(ctx context.Context, cat *Catalog) {
 			cancel()
 			delete(c.cat.triggers, gvr)
 		}
+		c.opts.Metrics.setTrigger(c.name, gvr, served)
 		if !served && !c.cat.watchOff[gvr] {
 			c.cat.watchOff[gvr] = true
 			c.log.Info("not watching for discovery changes: the cluster does not serve this resource with list and watch; the periodic discovery refresh picks up its changes, and starts the watch if the cluster serves it later",

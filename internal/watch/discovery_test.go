@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,11 +43,12 @@ type discoveryFixture struct {
 	disc    *lockedDiscovery
 	client  *dynamicfake.FakeDynamicClient
 	logs    *testlog.Buffer
+	metrics *Metrics
 }
 
 func newDiscoveryFixture(t *testing.T, every time.Duration, lists ...*metav1.APIResourceList) *discoveryFixture {
 	t.Helper()
-	f := &discoveryFixture{disc: newLockedDiscovery(lists...), logs: &testlog.Buffer{}}
+	f := &discoveryFixture{disc: newLockedDiscovery(lists...), logs: &testlog.Buffer{}, metrics: NewMetrics(prometheus.NewRegistry())}
 	f.client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		CRDsResource:        "CustomResourceDefinitionList",
 		APIServicesResource: "APIServiceList",
@@ -56,6 +59,7 @@ func newDiscoveryFixture(t *testing.T, every time.Duration, lists ...*metav1.API
 		Emit:             func(Change) {},
 		Logger:           slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DiscoveryRefresh: every,
+		Metrics:          f.metrics,
 	})
 	require.NoError(t, err)
 	f.cluster, err = f.reg.AddCluster("local", f.client, f.disc)
@@ -106,6 +110,7 @@ func TestDiscoveryRefreshOnTimer(t *testing.T) {
 	f.disc.set(coreList(), widgetsList())
 	require.Equal(t, []string{"local"}, f.waitChanged(t))
 	require.True(t, f.resolvedWidgets(t))
+	require.Equal(t, 1.0, testutil.ToFloat64(f.metrics.refreshes.WithLabelValues("local", refreshChanged)))
 }
 
 // TestDiscoveryRefreshOnCRDChange: where CRDs are served, a CRD event triggers a refresh
@@ -135,6 +140,9 @@ func TestDiscoveryWithoutAPIRegistration(t *testing.T) {
 	require.Equal(t, 1, strings.Count(f.logs.String(), "not watching for discovery changes"), f.logs.String())
 	require.False(t, f.watching(APIServicesResource))
 	require.True(t, f.watching(CRDsResource))
+	require.Equal(t, 0.0, testutil.ToFloat64(f.metrics.triggers.WithLabelValues("local", "apiservices.apiregistration.k8s.io")))
+	require.Equal(t, 1.0, testutil.ToFloat64(f.metrics.triggers.WithLabelValues("local", "customresourcedefinitions.apiextensions.k8s.io")))
+	require.Positive(t, testutil.ToFloat64(f.metrics.refreshes.WithLabelValues("local", refreshUnchanged)))
 
 	f.disc.set(coreList(), crdList(), apiServiceList())
 	require.Eventually(t, func() bool { return f.watching(APIServicesResource) }, 10*time.Second, 5*time.Millisecond, "the APIService trigger did not start")
@@ -151,6 +159,9 @@ func TestDiscoveryFailureKeepsCatalog(t *testing.T) {
 	f.cluster.RequestRefresh()
 	require.Eventually(t, func() bool { return strings.Contains(f.logs.String(), "discovery refresh failed") }, 10*time.Second, 5*time.Millisecond)
 	require.True(t, f.resolvedWidgets(t))
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(f.metrics.refreshes.WithLabelValues("local", refreshFailed)) >= 1
+	}, 10*time.Second, 5*time.Millisecond)
 
 	g := newDiscoveryFixture(t, time.Hour)
 	g.disc.setFail(context.DeadlineExceeded)
