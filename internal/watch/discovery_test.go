@@ -176,3 +176,26 @@ func TestNewRegistryRejectsNegativeRefresh(t *testing.T) {
 	_, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(Change) {}, DiscoveryRefresh: -time.Second})
 	require.ErrorContains(t, err, "DiscoveryRefresh")
 }
+
+// TestDiscoverySettlesAfterATrigger: a requested refresh that finds nothing new is followed by
+// a few more (a CRD's events can precede discovery serving it), and no more after them.
+func TestDiscoverySettlesAfterATrigger(t *testing.T) {
+	saved := settleDelays
+	settleDelays = []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 15 * time.Millisecond}
+	t.Cleanup(func() { settleDelays = saved })
+
+	f := newDiscoveryFixture(t, time.Hour, coreList())
+	require.False(t, f.resolvedWidgets(t)) // the catalog is read
+	// The loop's first refresh is done once it has looked at the triggers.
+	require.Eventually(t, func() bool { return strings.Count(f.logs.String(), "not watching for discovery changes") == 2 }, 10*time.Second, time.Millisecond)
+	base := f.disc.readCount()
+	f.cluster.RequestRefresh()
+	want := base + 1 + len(settleDelays)
+	require.Eventually(t, func() bool { return f.disc.readCount() >= want }, 10*time.Second, time.Millisecond,
+		"want the requested refresh and %d settling ones", len(settleDelays))
+	// Every read but the first counts as a refresh; the counter moves once the read returned.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(f.metrics.refreshes.WithLabelValues("local", refreshUnchanged)) == float64(want-1)
+	}, 10*time.Second, time.Millisecond)
+	require.Equal(t, want, f.disc.readCount(), "no refresh after the settling ones")
+}
