@@ -72,6 +72,14 @@ const (
 	// listed or watched (for example for lack of RBAC).
 	ReasonWatchFailed string = "WatchFailed"
 
+	// ReasonHostKeyRejected: the host key an SSH repository presented is not in the Secret's
+	// known_hosts, or differs from the key listed there for that host. It is never accepted.
+	ReasonHostKeyRejected string = "HostKeyRejected"
+
+	// ReasonPathOverlap: a GitTarget's folder overlaps (equals, contains or lies inside) the
+	// folder of an older GitTarget on the same repository branch; the older one keeps writing.
+	ReasonPathOverlap string = "PathOverlap"
+
 	// ReasonPushFailed: a GitTarget's commits could not be pushed; the push is retried and
 	// nothing is dropped.
 	ReasonPushFailed string = "PushFailed"

@@ -52,9 +52,10 @@ type GitProviderSpec struct {
 	// For https:// and http:// URLs it is read for the keys "username" and "password" (a password
 	// or access token alone is enough: the username then defaults to "git") and, optionally,
 	// "ca.crt" (PEM certificate authorities to trust in addition to the system roots). For ssh://
-	// and scp-like URLs it is read for the keys "identity" (private key) and "known_hosts"; SSH
-	// authentication is reserved for a later release. When unset, the repository is accessed
-	// anonymously.
+	// and scp-like URLs it is read for the keys "identity" (the private key, without passphrase)
+	// and "known_hosts" (the repository host's keys; a host key not listed there is refused),
+	// both required, and optionally "username" when the URL names no user (default "git"). When
+	// unset, an https:// or http:// repository is accessed anonymously; an SSH repository needs it.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 

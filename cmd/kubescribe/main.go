@@ -1,37 +1,63 @@
-// Command kubescribe is the command-line companion of the kubescribe service. Today it prints
-// what the kube-apiserver needs to send kubescribe its audit events:
+// Command kubescribe is the command-line companion of the kubescribe service:
 //
 //	kubescribe audit-policy                 the --audit-policy-file content
 //	kubescribe audit-webhook-config [flags] the --audit-webhook-config-file content
+//	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
+//	kubescribe export [flags] DIR           write a live cluster's declared objects into DIR
+//
+// docs/cli.md describes every command, flag and exit code.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/kubescribe/kubescribe/internal/audit"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runContext(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
 const usage = `usage:
   kubescribe audit-policy
       print the audit policy for the apiserver's --audit-policy-file
   kubescribe audit-webhook-config --url URL --ca-file FILE (--token-file FILE | --client-cert FILE --client-key FILE)
       print the kubeconfig for the apiserver's --audit-webhook-config-file
+  kubescribe scan [--repo] [--format text|json|yaml] DIR
+      may folder DIR become a GitTarget (with --repo: which folders of repository DIR could);
+      exit code 0 yes, 1 no, 2 error
+  kubescribe export [--kubeconfig FILE] [--context NAME] [--api-groups G,..] [--resources R,..]
+                    [--namespaces NS,..] [--commit [--author "N <e>"] [--message M]] DIR
+      write the declared form of a cluster's objects into DIR, in the writer's layout
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	var err error
 	switch args[0] {
+	case "scan":
+		return scanCmd(ctx, args[1:], stdout, stderr)
+	case "export":
+		return exportCmd(ctx, args[1:], stdout, stderr)
+
 	case "audit-policy":
 		_, err = stdout.Write(audit.Policy())
 	case "audit-webhook-config":

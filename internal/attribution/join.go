@@ -89,6 +89,12 @@ func (j *Joiner) Run(ctx context.Context) error {
 // grace window. emit is called from a goroutine of the joiner, once per change, and for changes
 // of one object in the order Join was called.
 func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
+	if c.Op == watch.OpSweep {
+		// Not an object's change: it is handed on at once, from the caller's goroutine, so it
+		// reaches the writer before any change the stream emits after it.
+		emit(AttributedChange{Change: c})
+		return
+	}
 	key := c.Cluster + "/" + c.UID
 	done := make(chan struct{})
 	j.mu.Lock()
@@ -105,6 +111,11 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 		author := j.resolve(key, c)
 		if prev != nil {
 			<-prev
+		}
+		if author.Resolved {
+			// A change found by a list that a fact explains is that user's change like any
+			// other; only what no fact explains stays the committer's snapshot.
+			c.Snapshot = false
 		}
 		emit(AttributedChange{Change: c, Author: author})
 		close(done)
@@ -132,8 +143,16 @@ func (j *Joiner) Wait(ctx context.Context) error {
 	}
 }
 
+// resolve finds the author of c. A live change, or a snapshot change its stream's cursor
+// shows happened while nothing watched (Resumed), waits up to the grace window for its fact;
+// any other snapshot change is looked up once. A snapshot change without a fact has no author:
+// the writer credits it to the committer.
 func (j *Joiner) resolve(key string, c watch.Change) Author {
-	if c.Snapshot {
+	if c.Snapshot && !c.Resumed {
+		if f := j.lookup(c); f != nil {
+			j.metrics.observe("resolved", 0)
+			return authorFrom(f)
+		}
 		j.metrics.observe("snapshot", 0)
 		return Author{}
 	}
@@ -156,6 +175,10 @@ func (j *Joiner) resolve(key string, c watch.Change) Author {
 			if f := j.lookup(c); f != nil {
 				j.metrics.observe("resolved", time.Since(start))
 				return authorFrom(f)
+			}
+			if c.Snapshot {
+				j.metrics.observe("snapshot", time.Since(start))
+				return Author{}
 			}
 			j.metrics.observe("unresolved", time.Since(start))
 			j.log.Info("no audit fact within the grace window; author is unresolved",

@@ -157,3 +157,63 @@ func TestJoinOrderPerObjectAndOthersFlow(t *testing.T) {
 	require.Equal(t, []string{"alice", "bob"}, []string{a.Author.Username, b.Author.Username})
 	require.NoError(t, j.Wait(context.Background()))
 }
+
+// TestJoinSnapshotCreditedToItsFact: a change found by a list is credited to the fact of its
+// (uid, resourceVersion) when one exists, looked up once without waiting; without one it stays
+// the committer's snapshot.
+func TestJoinSnapshotCreditedToItsFact(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1"}, false)
+	j, out := startJoiner(t, facts, time.Hour) // a snapshot change must not wait for the grace
+	known := change("u1", "10", watch.OpCreate)
+	known.Snapshot = true
+	unknown := change("u2", "11", watch.OpCreate)
+	unknown.Snapshot = true
+	j.Join(known, func(ac AttributedChange) { out <- ac })
+	j.Join(unknown, func(ac AttributedChange) { out <- ac })
+	got := map[string]AttributedChange{}
+	for range 2 {
+		ac := <-out
+		got[ac.UID] = ac
+	}
+	require.Equal(t, "alice", got["u1"].Author.Username)
+	require.True(t, got["u1"].Author.Resolved)
+	require.False(t, got["u1"].Snapshot, "a change a fact explains is that user's change")
+	require.True(t, got["u2"].Snapshot)
+	require.False(t, got["u2"].Author.Resolved)
+	require.Empty(t, got["u2"].Author.Username, "no author: the writer credits the committer")
+}
+
+// TestJoinResumedWaitsForItsFact: a change the resume cursor shows happened while nothing
+// watched waits for its fact like a live change (the apiserver may still be retrying the audit
+// batch); a resumed delete is credited by the delete fact of its uid.
+func TestJoinResumedWaitsForItsFact(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, time.Minute)
+	del := change("u3", "12", watch.OpDelete)
+	del.Snapshot, del.Resumed = true, true
+	j.Join(del, func(ac AttributedChange) { out <- ac })
+	require.Eventually(t, func() bool { facts.mu.Lock(); defer facts.mu.Unlock(); return facts.lookups > 0 }, 5*time.Second, time.Millisecond)
+	facts.add(audit.Fact{Route: "local", UID: "u3", Verb: "delete", User: audit.Identity{Username: "bob"}, AuditID: "a3"}, true)
+	ac := <-out
+	require.Equal(t, "bob", ac.Author.Username)
+	require.False(t, ac.Snapshot)
+
+	// No fact within the grace: the committer's snapshot, not "unresolved".
+	j2, out2 := startJoiner(t, newFakeFacts(), 10*time.Millisecond)
+	lost := change("u4", "13", watch.OpUpdate)
+	lost.Snapshot, lost.Resumed = true, true
+	j2.Join(lost, func(ac AttributedChange) { out2 <- ac })
+	ac = <-out2
+	require.True(t, ac.Snapshot)
+	require.Empty(t, ac.Author.Username)
+}
+
+// TestJoinSweepPassesAtOnce: a sweep is handed on synchronously, before Join returns.
+func TestJoinSweepPassesAtOnce(t *testing.T) {
+	j, _ := startJoiner(t, newFakeFacts(), time.Hour)
+	var got []AttributedChange
+	j.Join(watch.Change{Cluster: "local", Op: watch.OpSweep, Keep: map[string]bool{"demo/a": true}}, func(ac AttributedChange) { got = append(got, ac) })
+	require.Len(t, got, 1)
+	require.Equal(t, watch.OpSweep, got[0].Op)
+}

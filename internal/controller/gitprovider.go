@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,7 +59,15 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (remote *git.Remote, reason, msg string, retry bool) {
 	// Credentials in the URL would end up in status messages and logs: refuse them, without
 	// repeating the URL.
-	if u, err := url.Parse(p.Spec.URL); err != nil || u.User != nil {
+	// An SSH URL may name the user (git@host:path); never a password.
+	if git.IsSSHURL(p.Spec.URL) {
+		if err := git.ValidateURL(p.Spec.URL); err != nil {
+			return nil, v1alpha1.ReasonInvalidSpec, "spec.url must be an SSH repository URL without password; put the private key in the Secret named by spec.secretRef", false
+		}
+		if p.Spec.SecretRef == nil {
+			return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("an SSH repository needs spec.secretRef: a Secret with the keys %q and %q", v1alpha1.SecretKeyIdentity, v1alpha1.SecretKeyKnownHosts), false
+		}
+	} else if u, err := url.Parse(p.Spec.URL); err != nil || u.User != nil {
 		return nil, v1alpha1.ReasonInvalidSpec, "spec.url must be a plain repository URL without user or password; put credentials in the Secret named by spec.secretRef", false
 	}
 	// The CRD schema refuses these, but objects stored before that rule existed, or served by
@@ -81,6 +91,9 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	if err := c.opts.ProbeRemote(pctx, p.Spec.URL, creds); err != nil {
+		if errors.Is(err, git.ErrHostKey) {
+			return nil, v1alpha1.ReasonHostKeyRejected, fmt.Sprintf("the SSH host key is not trusted (known_hosts of Secret %q): %v", p.Spec.SecretRef.Name, err), false
+		}
 		if errors.Is(err, git.ErrAuthentication) {
 			if p.Spec.SecretRef == nil {
 				return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused anonymous access (set spec.secretRef): %v", err), false
@@ -105,8 +118,11 @@ func (c *Controller) providerCredentials(ctx context.Context, p *v1alpha1.GitPro
 	case err != nil:
 		return creds, v1alpha1.ReasonSecretNotFound, fmt.Sprintf("reading Secret %q: %v", p.Spec.SecretRef.Name, err), true
 	}
+	if git.IsSSHURL(p.Spec.URL) {
+		return sshCredentials(p.Spec.URL, s)
+	}
 	if _, ok := s.Data[v1alpha1.SecretKeyIdentity]; ok {
-		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q holds an SSH %q key: SSH repositories are not supported yet, use an https:// URL with %q and %q", s.Name, v1alpha1.SecretKeyIdentity, v1alpha1.SecretKeyUsername, v1alpha1.SecretKeyPassword), false
+		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q holds an SSH %q key, but spec.url is not an SSH URL: use an ssh:// or user@host:path URL, or %q and %q", s.Name, v1alpha1.SecretKeyIdentity, v1alpha1.SecretKeyUsername, v1alpha1.SecretKeyPassword), false
 	}
 	password := string(s.Data[v1alpha1.SecretKeyPassword])
 	if password == "" {
@@ -122,6 +138,24 @@ func (c *Controller) providerCredentials(ctx context.Context, p *v1alpha1.GitPro
 	}
 	if creds.Username == "" {
 		creds.Username = v1alpha1.DefaultGitUsername
+	}
+	return creds, "", "", false
+}
+
+// sshCredentials reads an SSH repository's Secret: the private key and known_hosts, both
+// required, and an optional username. They stay in memory; messages never quote them.
+func sshCredentials(repoURL string, s *corev1.Secret) (creds git.Credentials, reason, msg string, retry bool) {
+	key := s.Data[v1alpha1.SecretKeyIdentity]
+	if len(key) == 0 {
+		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q has no %q key (the SSH private key)", s.Name, v1alpha1.SecretKeyIdentity), false
+	}
+	hosts := s.Data[v1alpha1.SecretKeyKnownHosts]
+	if len(hosts) == 0 {
+		return creds, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q has no %q key: kubescribe never accepts an SSH host key unchecked", s.Name, v1alpha1.SecretKeyKnownHosts), false
+	}
+	creds = git.Credentials{Username: string(s.Data[v1alpha1.SecretKeyUsername]), SSHKey: key, KnownHosts: hosts}
+	if err := git.CheckCredentials(repoURL, creds); err != nil {
+		return git.Credentials{}, v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q: %v", s.Name, strings.TrimPrefix(err.Error(), "git: ")), false
 	}
 	return creds, "", "", false
 }

@@ -1,7 +1,13 @@
 package git
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -10,43 +16,236 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
-	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
-// BenchmarkCommit measures building one commit of one changed object in repositories of
-// different sizes. Objects are spread like a cluster's: 100 per namespace. The cost should stay
-// flat as the repository grows, because only the trees on the changed path are rewritten.
-// Compare the sub-benchmarks side by side; there is no timing assertion.
+// The benchmarks compare sub-benchmarks side by side (make bench prints each as a ratio to its
+// sibling named baseline*); none asserts a time. Fixtures: benchfixture_test.go.
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// seededBuilder returns a tree builder over a store holding one commit of files objects, 100
+// per namespace, and that commit.
+func seededBuilder(b *testing.B, files int) (treeBuilder, plumbing.Hash) {
+	b.Helper()
+	tb := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
+	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
+	self := Signature{Name: "kubescribe", Email: "k@example.com"}
+	seed := make([]attribution.AttributedChange, 0, files)
+	for i := range files {
+		seed = append(seed, benchChange(i, "seed"))
+	}
+	tip, ok, err := tb.materialize(newPlan("", seed, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
+	require.NoError(b, err)
+	require.True(b, ok)
+	// What a worker holds after its start: the tip's trees, no blobs.
+	store, err := compactStore(tb.s.(*memory.Storage), tip)
+	require.NoError(b, err)
+	tb.s = store
+	return tb, tip
+}
+
+// benchCommitLoop builds one commit of one changed object per iteration, on the previous one.
+// The store is compacted as a worker's is (each time it gained compactSlack objects; a worker
+// does that after a push), inside the timer.
+func benchCommitLoop(b *testing.B, tb treeBuilder, tip plumbing.Hash) {
+	compactAt := len(tb.s.(*memory.Storage).Objects) + compactSlack
+	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
+	self := Signature{Name: "kubescribe", Email: "k@example.com"}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		p := newPlan("", []attribution.AttributedChange{cmChangeAttributed(fmt.Sprintf("v%d", i))}, self, "users.example.com", fixedNow)
+		var ok bool
+		var err error
+		tip, ok, err = tb.materialize(p, tip, committer)
+		if err != nil || !ok {
+			b.Fatalf("commit %d: ok=%v err=%v", i, ok, err)
+		}
+		if st := tb.s.(*memory.Storage); len(st.Objects) >= compactAt {
+			if tb.s, err = compactStore(st, tip); err != nil {
+				b.Fatal(err)
+			}
+			compactAt = len(tb.s.(*memory.Storage).Objects) + compactSlack
+		}
+	}
+}
+
+// BenchmarkCommit (a): one commit of one changed object in a repository of 1,000 files and in
+// one of 100,000. Only the trees on the changed path are rewritten, so the cost should stay
+// flat (target ratio <= 1.5).
 func BenchmarkCommit(b *testing.B) {
-	for _, files := range []int{100, 10_000} {
+	for _, files := range []int{1_000, 100_000} {
 		name := fmt.Sprintf("files=%d", files)
-		if files == 100 {
-			name = "baseline-" + name // make bench reports the larger repository as a ratio to it
+		if files == 1_000 {
+			name = "baseline-" + name
 		}
 		b.Run(name, func(b *testing.B) {
-			tb := treeBuilder{s: memory.NewStorage()}
-			committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
-			self := Signature{Name: "kubescribe", Email: "k@example.com"}
-			seed := make([]attribution.AttributedChange, 0, files)
-			for i := range files {
-				ns := fmt.Sprintf("ns-%03d", i/100)
-				seed = append(seed, by("alice", "a", cmChange(watch.OpCreate, ns, fmt.Sprintf("cm-%03d", i%100), "seed")))
-			}
-			tip, ok, err := tb.materialize(newPlan("clusters/prod", seed, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
-			require.NoError(b, err)
-			require.True(b, ok)
+			tb, tip := seededBuilder(b, files)
+			benchCommitLoop(b, tb, tip)
+		})
+	}
+}
 
-			i := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				i++
-				c := by("alice", "a", cmChange(watch.OpUpdate, "ns-000", "cm-042", fmt.Sprintf("v%d", i)))
-				p := newPlan("clusters/prod", []attribution.AttributedChange{c}, self, "users.example.com", fixedNow)
-				tip, ok, err = tb.materialize(p, tip, committer)
-				if err != nil || !ok {
-					b.Fatalf("commit %d: ok=%v err=%v", i, ok, err)
-				}
+// BenchmarkCommitVsCLI (b): the same commit in the 100,000-file repository against
+// `git add <file> && git commit` of the git CLI in a checkout of it (target: the CLI >= 100x).
+func BenchmarkCommitVsCLI(b *testing.B) {
+	const files = 100_000
+	b.Run("baseline-kubescribe", func(b *testing.B) {
+		tb, tip := seededBuilder(b, files)
+		benchCommitLoop(b, tb, tip)
+	})
+	b.Run("git-cli-add-commit", func(b *testing.B) {
+		work := benchWorktree(b, files)
+		path := ObjectPath("", cmChangeAttributed("x").Change)
+		i := 0
+		for b.Loop() {
+			i++
+			require.NoError(b, os.WriteFile(filepath.Join(work, path), cmChangeAttributed(fmt.Sprintf("cli-%d", i)).Manifest, 0o644))
+			runGit(b, work, "add", path)
+			runGit(b, work, "-c", "user.name=alice", "-c", "user.email=alice@example.com", "commit", "-q", "-m", "update")
+		}
+	})
+}
+
+// benchWorktree returns a cached checkout of the fixture of files files. Benchmarks add commits
+// to it; they never push them.
+func benchWorktree(b *testing.B, files int) string {
+	b.Helper()
+	fixture := benchFixture(b, files)
+	benchFixtureMu.Lock()
+	defer benchFixtureMu.Unlock()
+	dir := filepath.Join(benchCacheDir(b), fmt.Sprintf("files-%d-worktree", files))
+	if _, err := os.Stat(filepath.Join(dir, ".git", "kubescribe-fixture-complete")); err == nil {
+		return dir
+	}
+	require.NoError(b, os.RemoveAll(dir))
+	runGit(b, "", "clone", "-q", fixture, dir)
+	require.NoError(b, os.WriteFile(filepath.Join(dir, ".git", "kubescribe-fixture-complete"), nil, 0o644))
+	return dir
+}
+
+// pushSetup copies the fixture of files files as the remote repo.git, serves it over HTTPS
+// and returns the server and the repository URL.
+func pushSetup(b *testing.B, files int) (*benchServer, string, string) {
+	b.Helper()
+	fixture := benchFixture(b, files)
+	root := b.TempDir()
+	gitDir := copyBare(b, fixture, root, "repo.git")
+	srv := newBenchServer(b, root)
+	return srv, srv.url + "/repo.git", gitDir
+}
+
+// benchKubescribePush measures the worker's push of one new commit per iteration (the commit
+// itself is built outside the timer) and reports the request bytes the server received.
+func benchKubescribePush(b *testing.B, files int) {
+	srv, url, _ := pushSetup(b, files)
+	w := benchWorker(b, url, srv.ca)
+	ctx := context.Background()
+	require.NoError(b, w.open(ctx))
+	require.NoError(b, w.rebuild())
+	sent := srv.sent.Load()
+	i := 0
+	for b.Loop() {
+		i++
+		b.StopTimer()
+		require.NoError(b, w.benchCommit(i))
+		b.StartTimer()
+		if err := w.benchPush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(srv.sent.Load()-sent)/float64(i), "sent-B/op")
+}
+
+// benchCLIPush measures `git push` of one new commit per iteration from a clone of the fixture
+// (the commit is made outside the timer) and reports the request bytes the server received.
+func benchCLIPush(b *testing.B, files int) {
+	srv, url, _ := pushSetup(b, files)
+	client := filepath.Join(b.TempDir(), "client")
+	runGit(b, "", "clone", "-q", "--no-checkout", benchFixture(b, files), client)
+	runGit(b, client, "reset", "-q") // index of the tip, without writing every file
+	path := ObjectPath("", cmChangeAttributed("x").Change)
+	require.NoError(b, os.MkdirAll(filepath.Dir(filepath.Join(client, path)), 0o755))
+	sent := srv.sent.Load()
+	i := 0
+	for b.Loop() {
+		i++
+		b.StopTimer()
+		require.NoError(b, os.WriteFile(filepath.Join(client, path), cmChangeAttributed(fmt.Sprintf("cli-%d", i)).Manifest, 0o644))
+		runGit(b, client, "add", path)
+		runGit(b, client, "-c", "user.name=alice", "-c", "user.email=alice@example.com", "commit", "-q", "-m", "update")
+		b.StartTimer()
+		srv.git(b, client, "push", "-q", url, "HEAD:refs/heads/main")
+	}
+	b.ReportMetric(float64(srv.sent.Load()-sent)/float64(i), "sent-B/op")
+}
+
+// BenchmarkPush (c): the worker's push of one commit to a remote holding 1,000 files and to one
+// holding 100,000 files, each with history (target ratio <= 1.5); the git CLI's pushes to the
+// same remotes show how much of the growth is the server's.
+func BenchmarkPush(b *testing.B) {
+	b.Run("baseline-files=1000", func(b *testing.B) { benchKubescribePush(b, 1_000) })
+	b.Run("files=100000", func(b *testing.B) { benchKubescribePush(b, 100_000) })
+	b.Run("git-cli-files=1000", func(b *testing.B) { benchCLIPush(b, 1_000) })
+	b.Run("git-cli-files=100000", func(b *testing.B) { benchCLIPush(b, 100_000) })
+}
+
+// BenchmarkPushVsCLI (c): the worker's push of one commit to the 100,000-file remote against
+// `git push` of the CLI from a clone (target: <= 1x the CLI's time, <= 1.5x its bytes).
+func BenchmarkPushVsCLI(b *testing.B) {
+	b.Run("baseline-git-cli-push", func(b *testing.B) { benchCLIPush(b, 100_000) })
+	b.Run("kubescribe", func(b *testing.B) { benchKubescribePush(b, 100_000) })
+}
+
+// BenchmarkStart (d): a worker's start (its first fetch) on the 100,000-file remote against
+// `git clone --bare --depth 1` of the branch (target: <= 1x its time; heap in use after the
+// start < 100 MiB). kubescribe-nofilter is a server that refuses partial clone filters.
+func BenchmarkStart(b *testing.B) {
+	const files = 100_000
+	b.Run("baseline-git-clone-bare-depth1", func(b *testing.B) {
+		srv, url, _ := pushSetup(b, files)
+		dir := b.TempDir()
+		i := 0
+		for b.Loop() {
+			i++
+			dst := filepath.Join(dir, fmt.Sprint(i))
+			srv.git(b, "", "clone", "-q", "--bare", "--depth", "1", "--single-branch", "--branch", "main", url, dst)
+			b.StopTimer()
+			require.NoError(b, os.RemoveAll(dst))
+			b.StartTimer()
+		}
+	})
+	for _, filter := range []bool{true, false} {
+		name := "kubescribe"
+		if !filter {
+			name = "kubescribe-nofilter"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv, url, gitDir := pushSetup(b, files)
+			if !filter {
+				runGit(b, "", "--git-dir="+gitDir, "config", "uploadpack.allowFilter", "false")
 			}
+			ctx := context.Background()
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			before := ms.HeapInuse
+			var last *Worker
+			for b.Loop() {
+				last = nil
+				w := benchWorker(b, url, srv.ca)
+				if err := w.open(ctx); err != nil {
+					b.Fatal(err)
+				}
+				last = w
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+			b.ReportMetric((float64(ms.HeapInuse)-float64(before))/(1<<20), "heap-delta-MiB")
+			b.ReportMetric(float64(len(last.store.Objects)), "store-objects")
+			runtime.KeepAlive(last)
 		})
 	}
 }

@@ -1,10 +1,15 @@
 package git
 
 import (
+	"bytes"
 	"cmp"
+	"crypto/sha1" //nolint:gosec // Git object names are SHA-1.
 	"errors"
 	"fmt"
+	"io"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,12 +34,18 @@ type plan struct {
 
 	// sha is the materialized commit, zero while the plan has no commit yet.
 	sha plumbing.Hash
+	// objects are the objects the materialization wrote (blobs, trees, the commit): what a push
+	// of this commit sends, whatever the size of the repository.
+	objects []packObject
 	// counted is set once the plan was counted in kubescribe_git_commits_total.
 	counted bool
+	// covered is what the last materialization covered: the changes, with each sweep
+	// replaced by the deletions it implied on that parent.
+	covered []attribution.AttributedChange
 }
 
 func (p *plan) info() CommitInfo {
-	return CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.changes}
+	return CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered}
 }
 
 // newPlan builds the commit metadata of a window's changes. All changes share targetPath, target
@@ -62,7 +73,6 @@ func newPlan(targetPath string, changes []attribution.AttributedChange, committe
 		target:     changes[0].Target,
 		changes:    changes,
 		author:     author,
-		message:    commitMessage(changes, snapshot),
 	}
 }
 
@@ -175,6 +185,11 @@ func validChange(targetPath string, c watch.Change) error {
 			return fmt.Errorf("%s without manifest", c.Op)
 		}
 	case watch.OpDelete:
+	case watch.OpSweep:
+		if c.GVR.Resource == "" || strings.Contains(c.GVR.Resource, "/") || strings.Contains(c.Scope, "/") {
+			return errors.New("a sweep needs a resource, and neither it nor its namespace may contain '/'")
+		}
+		return nil
 	default:
 		return fmt.Errorf("unknown op %q", c.Op)
 	}
@@ -221,66 +236,199 @@ func (n *editNode) add(p string, leaf *editNode) {
 // those paths, not on the size of the repository.
 type treeBuilder struct {
 	s storer.EncodedObjectStorer
+	// created, when set, collects every object written, each with the object it replaces at
+	// the same path (a delta base the remote has, or zero).
+	created *[]packObject
+	// trees, when set, keeps the parsed entries of the trees the last commit wrote: the next
+	// commit, built on it, edits them without parsing them again.
+	trees *treeCache
+}
+
+// treeCache holds the parsed entries of the trees of the newest commit built.
+type treeCache struct {
+	last, next map[plumbing.Hash]*parsedTree
+}
+
+func newTreeCache() *treeCache { return &treeCache{last: map[plumbing.Hash]*parsedTree{}} }
+
+func (c *treeCache) get(h plumbing.Hash) (*parsedTree, bool) {
+	if c == nil {
+		return nil, false
+	}
+	t, ok := c.last[h]
+	return t, ok
+}
+
+func (c *treeCache) put(h plumbing.Hash, t *parsedTree) {
+	if c != nil && c.next != nil {
+		c.next[h] = t
+	}
+}
+
+// begin starts a commit; commit makes its trees the cached ones.
+func (c *treeCache) begin() {
+	if c != nil {
+		c.next = map[plumbing.Hash]*parsedTree{}
+	}
+}
+
+func (c *treeCache) commit() {
+	if c != nil && c.next != nil {
+		c.last, c.next = c.next, nil
+	}
+}
+
+// packObject is an object a commit created, and the object it replaced at the same path (zero
+// for none): the remote holds that one, so a push may send the new one as a delta against it.
+type packObject struct {
+	hash plumbing.Hash
+	base plumbing.Hash
+}
+
+func (tb treeBuilder) record(h, base plumbing.Hash) {
+	if tb.created != nil {
+		*tb.created = append(*tb.created, packObject{hash: h, base: base})
+	}
 }
 
 func (tb treeBuilder) writeBlob(content []byte) (plumbing.Hash, error) {
-	obj := tb.s.NewEncodedObject()
-	obj.SetType(plumbing.BlobObject)
-	obj.SetSize(int64(len(content)))
-	w, err := obj.Writer()
-	if err != nil {
-		return plumbing.ZeroHash, err
+	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.BlobObject, content))
+	if err == nil {
+		tb.record(h, plumbing.ZeroHash)
 	}
-	if _, err := w.Write(content); err != nil {
-		_ = w.Close()
-		return plumbing.ZeroHash, err
-	}
-	if err := w.Close(); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return tb.s.SetEncodedObject(obj)
+	return h, err
 }
+
+// rawEntry is one entry of a tree being built.
+type rawEntry struct {
+	name []byte
+	mode filemode.FileMode
+	hash plumbing.Hash
+}
+
+func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
+
+// parsedTree is a tree's raw content and where its entries are in it. Trees that differ only in
+// the hashes of their entries share ents.
+type parsedTree struct {
+	raw  []byte
+	ents []treeEntryRef
+}
+
+// treeEntryRef is an entry of a parsedTree: its name (pointing into the raw content of this or
+// an identically laid out tree), its mode and the offset of its hash in raw.
+type treeEntryRef struct {
+	name []byte
+	mode filemode.FileMode
+	off  int
+}
+
+func (t *parsedTree) hashAt(i int) plumbing.Hash {
+	var h plumbing.Hash
+	copy(h[:], t.raw[t.ents[i].off:])
+	return h
+}
+
+func (t *parsedTree) find(name string) int {
+	for i := range t.ents {
+		if string(t.ents[i].name) == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// parseTree lays out raw tree content.
+func parseTree(tree plumbing.Hash, raw []byte) (*parsedTree, error) {
+	t := &parsedTree{raw: raw, ents: make([]treeEntryRef, 0, bytes.Count(raw, []byte{0}))}
+	pos := 0
+	for pos < len(raw) {
+		rest := raw[pos:]
+		sp := bytes.IndexByte(rest, ' ')
+		nul := bytes.IndexByte(rest, 0)
+		if sp < 0 || nul < sp || len(rest) < nul+1+hashSize {
+			return nil, fmt.Errorf("tree %s is malformed", tree)
+		}
+		mode, err := strconv.ParseUint(string(rest[:sp]), 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s has a malformed mode", tree)
+		}
+		t.ents = append(t.ents, treeEntryRef{name: rest[sp+1 : nul : nul], mode: filemode.FileMode(mode), off: pos + nul + 1})
+		pos += nul + 1 + hashSize
+	}
+	return t, nil
+}
+
+// tree returns tree parsed, from the cache of the newest commit's trees when it is there.
+func (tb treeBuilder) tree(tree plumbing.Hash) (*parsedTree, error) {
+	if t, ok := tb.trees.get(tree); ok {
+		return t, nil
+	}
+	obj, err := tb.s.EncodedObject(plumbing.TreeObject, tree)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", tree, err)
+	}
+	raw, err := readObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	return parseTree(tree, raw)
+}
+
+const hashSize = 20
 
 // apply returns the hash of tree (zero = no tree) with the edits of n applied; zero when the
 // result is empty, so that empty directories vanish.
 func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, error) {
-	var entries []object.TreeEntry
+	var t *parsedTree
 	if !tree.IsZero() {
-		t, err := object.GetTree(tb.s, tree)
-		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", tree, err)
+		var err error
+		if t, err = tb.tree(tree); err != nil {
+			return plumbing.ZeroHash, err
 		}
-		entries = append(entries, t.Entries...)
+		if h, ok, err := tb.patch(tree, t, n); ok || err != nil {
+			return h, err
+		}
 	}
-	index := make(map[string]int, len(entries))
-	for i, e := range entries {
-		index[e.Name] = i
+	var entries []rawEntry
+	if t != nil {
+		entries = make([]rawEntry, len(t.ents))
+		for i, e := range t.ents {
+			entries[i] = rawEntry{name: e.name, mode: e.mode, hash: t.hashAt(i)}
+		}
 	}
-	removed := map[string]bool{}
-	set := func(e object.TreeEntry) {
-		delete(removed, e.Name)
-		if i, ok := index[e.Name]; ok {
+	find := func(name string) int {
+		for i := range entries {
+			if string(entries[i].name) == name {
+				return i
+			}
+		}
+		return -1
+	}
+	inserted, removed := false, false
+	set := func(i int, e rawEntry) {
+		if i >= 0 {
 			entries[i] = e
 			return
 		}
-		index[e.Name] = len(entries)
 		entries = append(entries, e)
+		inserted = true
 	}
 	for name, child := range n.children {
-		i, exists := index[name]
+		i := find(name)
 		if child.isFile() {
 			if child.del {
-				if exists && entries[i].Mode != filemode.Dir {
-					removed[name] = true
+				if i >= 0 && !entries[i].isDir() {
+					entries[i].hash, removed = plumbing.ZeroHash, true
 				}
 				continue
 			}
-			set(object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: child.blob})
+			set(i, rawEntry{name: []byte(name), mode: filemode.Regular, hash: child.blob})
 			continue
 		}
 		var sub plumbing.Hash
-		if exists && entries[i].Mode == filemode.Dir {
-			sub = entries[i].Hash
+		if i >= 0 && entries[i].isDir() {
+			sub = entries[i].hash
 		}
 		h, err := tb.apply(sub, child)
 		if err != nil {
@@ -288,59 +436,185 @@ func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, err
 		}
 		switch {
 		case !h.IsZero():
-			set(object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
-		case exists && entries[i].Mode == filemode.Dir:
-			removed[name] = true
+			set(i, rawEntry{name: []byte(name), mode: filemode.Dir, hash: h})
+		case i >= 0 && entries[i].isDir():
+			entries[i].hash, removed = plumbing.ZeroHash, true
 		}
 	}
-	out := entries[:0]
-	for _, e := range entries {
-		if !removed[e.Name] {
-			out = append(out, e)
+	if removed {
+		out := entries[:0]
+		for _, e := range entries {
+			if !e.hash.IsZero() {
+				out = append(out, e)
+			}
 		}
+		entries = out
 	}
-	if len(out) == 0 {
+	if len(entries) == 0 {
 		return plumbing.ZeroHash, nil
 	}
-	return tb.writeTree(out)
+	if inserted {
+		slices.SortFunc(entries, compareEntries)
+	}
+	return tb.writeTree(entries, tree)
 }
 
-func (tb treeBuilder) writeTree(entries []object.TreeEntry) (plumbing.Hash, error) {
-	slices.SortFunc(entries, compareEntries)
-	t := &object.Tree{Entries: entries}
-	obj := tb.s.NewEncodedObject()
-	if err := t.Encode(obj); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
+// patch applies the edits of n to t (the tree with hash tree) when they only replace the hashes
+// of existing entries of the same kind (files stay regular files, directories stay non-empty
+// directories), the common case: the new tree is t's content with those hashes overwritten,
+// laid out like t. ok is false when the edits need the general path.
+func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plumbing.Hash, bool, error) {
+	type hashPatch struct {
+		off int
+		h   plumbing.Hash
 	}
-	return tb.s.SetEncodedObject(obj)
+	var patches []hashPatch
+	for name, child := range n.children {
+		i := t.find(name)
+		if i < 0 {
+			return plumbing.ZeroHash, false, nil
+		}
+		e := t.ents[i]
+		if child.isFile() {
+			if child.del || e.mode != filemode.Regular {
+				return plumbing.ZeroHash, false, nil
+			}
+			patches = append(patches, hashPatch{off: e.off, h: child.blob})
+			continue
+		}
+		if e.mode != filemode.Dir {
+			return plumbing.ZeroHash, false, nil
+		}
+		h, err := tb.apply(t.hashAt(i), child)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
+		if h.IsZero() {
+			return plumbing.ZeroHash, false, nil // the directory vanished; the general path rewrites it again
+		}
+		patches = append(patches, hashPatch{off: e.off, h: h})
+	}
+	raw := slices.Clone(t.raw)
+	for _, p := range patches {
+		copy(raw[p.off:], p.h[:])
+	}
+	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, raw))
+	if err != nil {
+		return plumbing.ZeroHash, false, err
+	}
+	if h != tree {
+		tb.record(h, tree)
+	}
+	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents})
+	return h, true, nil
+}
+
+// writeTree stores a tree of entries, which are in Git order; base is the tree it replaces
+// (zero for none).
+func (tb treeBuilder) writeTree(entries []rawEntry, base plumbing.Hash) (plumbing.Hash, error) {
+	size := 0
+	for _, e := range entries {
+		size += 7 + len(e.name) + 1 + hashSize
+	}
+	buf := make([]byte, 0, size)
+	ents := make([]treeEntryRef, len(entries))
+	for i, e := range entries {
+		buf = appendMode(buf, e.mode)
+		buf = append(buf, ' ')
+		start := len(buf)
+		buf = append(buf, e.name...)
+		buf = append(buf, 0)
+		ents[i] = treeEntryRef{name: buf[start : start+len(e.name) : start+len(e.name)], mode: e.mode, off: len(buf)}
+		buf = append(buf, e.hash[:]...)
+	}
+	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, buf))
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if h != base {
+		tb.record(h, base)
+	}
+	tb.trees.put(h, &parsedTree{raw: buf, ents: ents})
+	return h, nil
+}
+
+// appendMode appends a tree entry mode as Git writes it (octal, no leading zero).
+func appendMode(b []byte, m filemode.FileMode) []byte {
+	switch m {
+	case filemode.Regular:
+		return append(b, "100644"...)
+	case filemode.Dir:
+		return append(b, "40000"...)
+	case filemode.Executable:
+		return append(b, "100755"...)
+	default:
+		return strconv.AppendUint(b, uint64(m), 8)
+	}
 }
 
 // compareEntries orders tree entries as Git does: a directory sorts as if its name ended in
 // '/'. It does not allocate, unlike building the suffixed names.
-func compareEntries(a, b object.TreeEntry) int {
-	an, bn := a.Name, b.Name
-	n := min(len(an), len(bn))
-	if c := strings.Compare(an[:n], bn[:n]); c != 0 {
+func compareEntries(a, b rawEntry) int {
+	n := min(len(a.name), len(b.name))
+	if c := bytes.Compare(a.name[:n], b.name[:n]); c != 0 {
 		return c
 	}
 	return cmp.Compare(entrySortByte(a, n), entrySortByte(b, n))
 }
 
 // entrySortByte is the byte at index i of the entry's sort name, -1 past its end.
-func entrySortByte(e object.TreeEntry, i int) int {
+func entrySortByte(e rawEntry, i int) int {
 	switch {
-	case i < len(e.Name):
-		return int(e.Name[i])
-	case i == len(e.Name) && e.Mode == filemode.Dir:
+	case i < len(e.name):
+		return int(e.name[i])
+	case i == len(e.name) && e.isDir():
 		return '/'
 	default:
 		return -1
 	}
 }
 
+// rawObject is an object the worker wrote: its content and hash, computed once with SHA-1
+// (the objects are ours, so go-git's collision-detecting SHA-1 is not needed for them).
+type rawObject struct {
+	h    plumbing.Hash
+	t    plumbing.ObjectType
+	cont []byte
+}
+
+func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
+	hd := sha1.New() //nolint:gosec // Git object names are SHA-1.
+	var hdr [32]byte
+	b := append(hdr[:0], t.Bytes()...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(cont)), 10)
+	b = append(b, 0)
+	hd.Write(b)
+	hd.Write(cont)
+	o := &rawObject{t: t, cont: cont}
+	copy(o.h[:], hd.Sum(nil))
+	return o
+}
+
+func (o *rawObject) Hash() plumbing.Hash         { return o.h }
+func (o *rawObject) Type() plumbing.ObjectType   { return o.t }
+func (o *rawObject) SetType(plumbing.ObjectType) {}
+func (o *rawObject) Size() int64                 { return int64(len(o.cont)) }
+func (o *rawObject) SetSize(int64)               {}
+func (o *rawObject) Reader() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(o.cont)), nil
+}
+func (o *rawObject) Writer() (io.WriteCloser, error) {
+	return nil, errors.New("git: a written object is immutable")
+}
+
 // materialize writes p as a commit on parent (zero = first commit of the branch). It returns
 // ok=false, and writes no commit, when p changes nothing in the parent's tree.
+// On success it records in p.objects what it wrote.
 func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer object.Signature) (sha plumbing.Hash, ok bool, err error) {
+	var created []packObject
+	tb.created = &created
+	tb.trees.begin()
 	var base plumbing.Hash
 	if !parent.IsZero() {
 		c, err := object.GetCommit(tb.s, parent)
@@ -349,16 +623,56 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		}
 		base = c.TreeHash
 	}
+	covered, err := tb.expandSweeps(base, p.targetPath, p.changes)
+	if err != nil {
+		return plumbing.ZeroHash, false, err
+	}
+	// The last change of a path decides its content. Only what differs from the parent's tree
+	// is written, and only that is named in the message.
+	last := make(map[string]int, len(covered))
+	for i, c := range covered {
+		last[ObjectPath(p.targetPath, c.Change)] = i
+	}
 	root := &editNode{children: map[string]*editNode{}}
-	for _, c := range p.changes {
+	var effective []attribution.AttributedChange
+	for i, c := range covered {
+		path := ObjectPath(p.targetPath, c.Change)
+		if last[path] != i {
+			continue
+		}
+		old, exists, err := tb.fileAt(base, path)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
 		leaf := &editNode{del: c.Op == watch.OpDelete}
-		if !leaf.del {
-			if leaf.blob, err = tb.writeBlob(c.Manifest); err != nil {
+		switch {
+		case leaf.del && !exists:
+			continue
+		case leaf.del:
+		default:
+			leaf.blob = plumbing.ComputeHash(plumbing.BlobObject, c.Manifest)
+			if exists && old == leaf.blob {
+				continue
+			}
+			if _, err := tb.writeBlob(c.Manifest); err != nil {
 				return plumbing.ZeroHash, false, fmt.Errorf("write blob: %w", err)
 			}
+			if c.Snapshot {
+				// Nobody was seen doing it: say what it does to the folder.
+				c.Op = watch.OpCreate
+				if exists {
+					c.Op = watch.OpUpdate
+				}
+			}
 		}
-		root.add(ObjectPath(p.targetPath, c.Change), leaf)
+		root.add(path, leaf)
+		effective = append(effective, c)
 	}
+	p.covered = covered
+	if len(effective) == 0 {
+		return plumbing.ZeroHash, false, nil
+	}
+	p.message = commitMessage(effective, p.changes[0].Snapshot)
 	tree, err := tb.apply(base, root)
 	if err != nil {
 		return plumbing.ZeroHash, false, err
@@ -368,7 +682,7 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	}
 	if tree.IsZero() {
 		// Everything was deleted: the branch goes on with an empty tree.
-		if tree, err = tb.writeTree(nil); err != nil {
+		if tree, err = tb.writeTree(nil, base); err != nil {
 			return plumbing.ZeroHash, false, err
 		}
 		if tree == base {
@@ -392,5 +706,120 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	if err != nil {
 		return plumbing.ZeroHash, false, fmt.Errorf("store commit: %w", err)
 	}
+	tb.record(sha, plumbing.ZeroHash)
+	p.objects = created
+	tb.trees.commit()
 	return sha, true, nil
+}
+
+// fileAt returns the blob at path p of tree root, and whether there is one.
+func (tb treeBuilder) fileAt(root plumbing.Hash, p string) (plumbing.Hash, bool, error) {
+	cur := root
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if cur.IsZero() {
+			return plumbing.ZeroHash, false, nil
+		}
+		t, err := tb.tree(cur)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
+		j := t.find(seg)
+		if j < 0 {
+			return plumbing.ZeroHash, false, nil
+		}
+		isDir := t.ents[j].mode == filemode.Dir
+		if i == len(segs)-1 {
+			if isDir {
+				return plumbing.ZeroHash, false, nil
+			}
+			return t.hashAt(j), true, nil
+		}
+		if !isDir {
+			return plumbing.ZeroHash, false, nil
+		}
+		cur = t.hashAt(j)
+	}
+	return plumbing.ZeroHash, false, nil
+}
+
+// subtree returns the tree at directory path p of root (zero when there is none).
+func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error) {
+	cur := root
+	if p != "" {
+		for _, seg := range strings.Split(p, "/") {
+			if cur.IsZero() {
+				return nil, nil
+			}
+			t, err := tb.tree(cur)
+			if err != nil {
+				return nil, err
+			}
+			j := t.find(seg)
+			if j < 0 || t.ents[j].mode != filemode.Dir {
+				return nil, nil
+			}
+			cur = t.hashAt(j)
+		}
+	}
+	if cur.IsZero() {
+		return nil, nil
+	}
+	return tb.tree(cur)
+}
+
+// expandSweeps replaces each sweep among changes by the deletions it implies on the tree root:
+// one snapshot delete per file of the sweep's resource, in the target's folder and the sweep's
+// namespace scope, whose object is not among those the sweep keeps. Nothing outside the
+// target's folder, nor of another resource, is ever swept.
+func (tb treeBuilder) expandSweeps(root plumbing.Hash, targetPath string, changes []attribution.AttributedChange) ([]attribution.AttributedChange, error) {
+	out := make([]attribution.AttributedChange, 0, len(changes))
+	for _, c := range changes {
+		if c.Op != watch.OpSweep {
+			out = append(out, c)
+			continue
+		}
+		base := strings.TrimPrefix(path.Join("/", targetPath), "/")
+		var nsDirs []string
+		if c.Scope != "" {
+			nsDirs = []string{c.Scope}
+		} else {
+			t, err := tb.subtree(root, base)
+			if err != nil {
+				return nil, err
+			}
+			if t != nil {
+				for _, e := range t.ents {
+					if e.mode == filemode.Dir {
+						nsDirs = append(nsDirs, string(e.name))
+					}
+				}
+			}
+		}
+		for _, nsDir := range nsDirs {
+			dir := path.Join(base, nsDir, groupDir(c.GVR.Group), c.GVR.Resource)
+			t, err := tb.subtree(root, strings.TrimPrefix(dir, "/"))
+			if err != nil {
+				return nil, err
+			}
+			if t == nil {
+				continue
+			}
+			ns := nsDir
+			if ns == ClusterScopeDir {
+				ns = ""
+			}
+			for _, e := range t.ents {
+				name, ok := strings.CutSuffix(string(e.name), ".yaml")
+				if !ok || e.mode == filemode.Dir || c.Keep[ns+"/"+name] {
+					continue
+				}
+				del := c
+				del.Op, del.Namespace, del.Name, del.Keep = watch.OpDelete, ns, name, nil
+				del.UID, del.ResourceVersion, del.Snapshot, del.Author = "", "", true, attribution.Author{}
+				out = append(out, del)
+			}
+		}
+	}
+	return out, nil
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	gogit "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -56,14 +54,12 @@ func (h *pushHold) resume() { close(h.resumed) }
 // pushSHA pushes the commit sha to the worker's branch: a push that delivers only the plans up
 // to sha. It runs on the worker goroutine (from a push seam).
 func (w *Worker) pushSHA(ctx context.Context, sha plumbing.Hash) error {
-	remote, err := w.repo.Remote(remoteName)
-	if err != nil {
-		return err
+	for i, p := range w.plans {
+		if p.sha == sha {
+			return w.pushPlans(ctx, i+1)
+		}
 	}
-	return remote.PushContext(ctx, &gogit.PushOptions{
-		RemoteName: remoteName,
-		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", sha, w.branch))},
-	})
+	return fmt.Errorf("no unpushed commit %s", sha)
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {

@@ -139,3 +139,30 @@ func TestSetCredentialsKeepsPendingChanges(t *testing.T) {
 		require.NotContains(t, err.Error(), oldPassword)
 	}
 }
+
+// Over HTTPS too, a push refused because someone else pushed is followed by a shallow fetch of
+// what the worker lacks and a rebuild on the new tip; the packs the worker sends are thin and
+// complete (git fsck passes).
+func TestHTTPSNonFastForward(t *testing.T) {
+	const user, password = "robot", "token-value"
+	gitDir, url, ca := newHTTPSRemote(t, user, password)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.Credentials = Credentials{Username: user, Password: password, CABundle: ca}
+	tw := startWorker(t, opts)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "one", "1")))
+	waitFor(t, "first push", func() bool { return len(tw.pushes.commits()) == 1 })
+
+	pushCommitFromClone(t, "file://"+gitDir, "main", "demo/core/configmaps/bob.yaml", "bob\n")
+	tw.Submit("", by("alice", "a2", cmChange(watch.OpUpdate, "demo", "one", "2")))
+	waitFor(t, "second push", func() bool { return len(tw.pushes.commits()) == 2 && tw.Status().Pending == 0 })
+	require.NoError(t, tw.stop(t))
+
+	require.Equal(t, []string{"alice|update configmaps demo/one", "bob|manual edit", "alice|create configmaps demo/one"},
+		gitLog(t, gitDir, "main", "%an|%s"))
+	require.Equal(t, "bob", gitShow(t, gitDir, "main", "demo/core/configmaps/bob.yaml"))
+	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/one.yaml"), "key: 2")
+	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
+	require.Contains(t, tw.logs.String(), "remote branch moved; rebuilding unpushed commits on its tip")
+	require.NotContains(t, tw.logs.String(), password)
+}

@@ -23,6 +23,9 @@ type Metrics struct {
 	pending      prometheus.Gauge
 	dropped      prometheus.Counter
 	unrouted     prometheus.Counter
+	pushBytesTot prometheus.Counter
+	unpushed     prometheus.Gauge
+	storeObjects prometheus.Gauge
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -53,6 +56,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unrouted: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_unrouted_changes_total",
 			Help: "Changes dropped because their GitTarget had no destination (not Ready) when they arrived.",
+		}),
+		pushBytesTot: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_push_bytes_total",
+			Help: "Bytes of the packs sent by push attempts, whatever their result.",
+		}),
+		unpushed: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_git_unpushed_commits",
+			Help: "Commits (and closed commit windows) of running git workers not on the remote yet.",
+		}),
+		storeObjects: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_git_store_objects",
+			Help: "Objects held in the in-memory working stores of running git workers.",
 		}),
 	}
 	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
@@ -89,5 +104,23 @@ func (m *Metrics) changeDropped() {
 func (m *Metrics) changeUnrouted() {
 	if m != nil {
 		m.unrouted.Inc()
+	}
+}
+
+func (m *Metrics) pushBytes(n int) {
+	if m != nil {
+		m.pushBytesTot.Add(float64(n))
+	}
+}
+
+func (m *Metrics) addUnpushed(n int) {
+	if m != nil && n != 0 {
+		m.unpushed.Add(float64(n))
+	}
+}
+
+func (m *Metrics) addStoreObjects(n int) {
+	if m != nil && n != 0 {
+		m.storeObjects.Add(float64(n))
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"log/slog"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 )
 
 // Signature is a Git identity: the name and email recorded in a commit.
@@ -20,19 +21,27 @@ type Signature struct {
 }
 
 // Credentials authenticate against an HTTPS remote with basic auth (a token is sent as the
-// password). They are held in memory only and never logged: String, GoString and LogValue
+// password), or against an SSH remote with a private key, whose host key is checked against
+// KnownHosts. They are held in memory only and never logged: String, GoString and LogValue
 // redact them.
 type Credentials struct {
+	// Username is the basic-auth user; for SSH, the user when the URL names none (default "git").
 	Username string
 	Password string
 	// CABundle holds extra PEM certificates trusted for the remote, on top of the system pool.
 	CABundle []byte
+	// SSHKey is the private key (PEM or OpenSSH format, no passphrase) for an SSH remote.
+	SSHKey []byte
+	// KnownHosts is known_hosts content: an SSH remote is trusted only with a host key listed
+	// there for its host. Required for SSH; an unknown or changed host key is refused.
+	KnownHosts []byte
 }
 
 // String reports which parts are set, never their values.
 func (c Credentials) String() string {
-	return fmt.Sprintf("Credentials{Username:%s, Password:%s, CABundle:%d bytes}",
-		redactedMarker(c.Username), redactedMarker(c.Password), len(c.CABundle))
+	return fmt.Sprintf("Credentials{Username:%s, Password:%s, CABundle:%d bytes, SSHKey:%s, KnownHosts:%d bytes}",
+		redactedMarker(c.Username), redactedMarker(c.Password), len(c.CABundle),
+		redactedMarker(string(c.SSHKey)), len(c.KnownHosts))
 }
 
 // GoString keeps %#v from printing the secret fields.
@@ -44,6 +53,8 @@ func (c Credentials) LogValue() slog.Value {
 		slog.Bool("username_set", c.Username != ""),
 		slog.Bool("password_set", c.Password != ""),
 		slog.Int("ca_bundle_bytes", len(c.CABundle)),
+		slog.Bool("ssh_key_set", len(c.SSHKey) > 0),
+		slog.Int("known_hosts_bytes", len(c.KnownHosts)),
 	)
 }
 
@@ -61,14 +72,33 @@ func (c Credentials) basicAuth() *githttp.BasicAuth {
 	return &githttp.BasicAuth{Username: c.Username, Password: c.Password}
 }
 
+// authFor returns the authentication for rawURL: basic auth for http(s) with credentials, the
+// SSH key with known_hosts checking for ssh, nothing for file:// and anonymous http(s).
+func authFor(rawURL string, c Credentials) (transport.AuthMethod, error) {
+	if len(c.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(c.CABundle) {
+		return nil, errors.New("git: Credentials.CABundle holds no PEM certificate")
+	}
+	if t, ok, err := parseSSHURL(rawURL); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return sshAuthFor(t, c)
+	}
+	if isHTTP(rawURL) && !c.empty() {
+		return c.basicAuth(), nil
+	}
+	return nil, nil
+}
+
 // Options configure a Worker. One Worker is the single writer of one (URL, Branch).
 type Options struct {
-	// URL of the remote repository: https://, http:// or file://. It must not carry user info;
-	// use Credentials.
+	// URL of the remote repository: https://, http://, ssh://, scp-like user@host:path, or
+	// file://. It must not carry a password (an ssh URL may name the user); use Credentials.
 	URL string
 	// Branch is the short branch name, for example "main".
 	Branch string
-	// Credentials for an http(s) URL; ignored for file:// URLs.
+	// Credentials for an http(s) or ssh URL; ignored for file:// URLs. An ssh URL needs
+	// SSHKey and KnownHosts.
 	Credentials Credentials
 	// Committer is kubescribe's own identity, recorded as committer of every commit and as the
 	// author of snapshot commits.
@@ -126,6 +156,9 @@ func (o *Options) validate() error {
 			return errors.New("git: Options.Credentials.CABundle holds no PEM certificate")
 		}
 	}
+	if _, err := authFor(o.URL, o.Credentials); err != nil {
+		return err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -135,10 +168,31 @@ func (o *Options) validate() error {
 	return nil
 }
 
+// ValidateURL checks a repository URL as NewWorker does: https://, http://, ssh://, scp-like
+// user@host:path or file://, without a password. Its errors never quote the URL.
+func ValidateURL(raw string) error { return validateURL(raw) }
+
+// IsSSHURL reports whether raw is an ssh:// or scp-like (user@host:path) URL.
+func IsSSHURL(raw string) bool {
+	_, ok, _ := parseSSHURL(raw)
+	return ok
+}
+
+// CheckCredentials reports whether c can authenticate to rawURL as NewWorker would use them:
+// for SSH, a private key that parses (without passphrase) and known_hosts that parse. Its errors
+// never quote the credentials.
+func CheckCredentials(rawURL string, c Credentials) error {
+	_, err := authFor(rawURL, c)
+	return err
+}
+
 // validateURL never quotes the URL in its errors: a rejected URL may embed a password.
 func validateURL(raw string) error {
 	if raw == "" {
 		return errors.New("git: Options.URL is required")
+	}
+	if _, ok, err := parseSSHURL(raw); ok || err != nil {
+		return err
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -157,7 +211,7 @@ func validateURL(raw string) error {
 			return errors.New("git: Options.URL has no path")
 		}
 	default:
-		return fmt.Errorf("git: Options.URL scheme %q is not supported (use https, http or file)", u.Scheme)
+		return fmt.Errorf("git: Options.URL scheme %q is not supported (use https, http, ssh or file)", u.Scheme)
 	}
 	return nil
 }

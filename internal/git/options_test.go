@@ -12,6 +12,9 @@ import (
 )
 
 func TestNewWorkerValidation(t *testing.T) {
+	key, _ := newSSHKey(t)
+	_, host := newSSHKey(t)
+	sshCreds := Credentials{SSHKey: key, KnownHosts: knownHostsLine(t, "example.com:22", host)}
 	valid := func() Options { return testOptions("file:///tmp/remote.git") }
 	tests := []struct {
 		name    string
@@ -21,8 +24,22 @@ func TestNewWorkerValidation(t *testing.T) {
 		{name: "valid", mutate: func(*Options) {}},
 		{name: "https", mutate: func(o *Options) { o.URL = "https://git.example.com/org/repo.git" }},
 		{name: "no URL", mutate: func(o *Options) { o.URL = "" }, wantErr: "git: Options.URL is required"},
-		{name: "ssh URL", mutate: func(o *Options) { o.URL = "ssh://git@example.com/repo.git" }, wantErr: "git: Options.URL must not contain user info"},
-		{name: "ssh URL without user", mutate: func(o *Options) { o.URL = "ssh://example.com/repo.git" }, wantErr: `git: Options.URL scheme "ssh" is not supported`},
+		{name: "ssh URL", mutate: func(o *Options) { o.URL = "ssh://git@example.com/repo.git"; o.Credentials = sshCreds }},
+		{name: "scp-like URL", mutate: func(o *Options) { o.URL = "git@example.com:org/repo.git"; o.Credentials = sshCreds }},
+		{name: "ssh URL without key", mutate: func(o *Options) { o.URL = "ssh://example.com/repo.git" }, wantErr: "git: an ssh remote needs Credentials.SSHKey"},
+		{name: "ssh URL without known_hosts", mutate: func(o *Options) {
+			o.URL = "git@example.com:repo.git"
+			o.Credentials = Credentials{SSHKey: sshCreds.SSHKey}
+		}, wantErr: "git: an ssh remote needs Credentials.KnownHosts"},
+		{name: "ssh key that does not parse", mutate: func(o *Options) {
+			o.URL = "git@example.com:repo.git"
+			o.Credentials = Credentials{SSHKey: []byte("hunter2"), KnownHosts: sshCreds.KnownHosts}
+		}, wantErr: "git: the SSH private key does not parse"},
+		{name: "known_hosts that does not parse", mutate: func(o *Options) {
+			o.URL = "git@example.com:repo.git"
+			o.Credentials = Credentials{SSHKey: sshCreds.SSHKey, KnownHosts: []byte("example.com ssh-ed25519 hunter2")}
+		}, wantErr: "git: known_hosts does not parse"},
+		{name: "ssh URL with password", mutate: func(o *Options) { o.URL = "ssh://git:hunter2@example.com/repo.git" }, wantErr: "must not carry a password"},
 		{name: "URL with password", mutate: func(o *Options) { o.URL = "https://u:hunter2@example.com/r.git" }, wantErr: "git: Options.URL must not contain user info; use Options.Credentials"},
 		{name: "https without host", mutate: func(o *Options) { o.URL = "https:///r.git" }, wantErr: "git: Options.URL has no host"},
 		{name: "no branch", mutate: func(o *Options) { o.Branch = "" }, wantErr: "git: Options.Branch is required"},
@@ -54,7 +71,8 @@ func TestNewWorkerValidation(t *testing.T) {
 }
 
 func TestCredentialsAreRedacted(t *testing.T) {
-	creds := Credentials{Username: "robot-user-name", Password: "s3cr3t-token-value", CABundle: []byte("x")}
+	creds := Credentials{Username: "robot-user-name", Password: "s3cr3t-token-value", CABundle: []byte("x"),
+		SSHKey: []byte("ssh-private-key-material"), KnownHosts: []byte("host ssh-ed25519 AAAA")}
 	opts := Options{URL: "https://example.com/r.git", Credentials: creds}
 
 	var logs bytes.Buffer
@@ -74,6 +92,7 @@ func TestCredentialsAreRedacted(t *testing.T) {
 	} {
 		require.NotContains(t, s, creds.Password)
 		require.NotContains(t, s, creds.Username)
+		require.NotContains(t, s, string(creds.SSHKey))
 	}
 	require.Contains(t, creds.String(), "Password:<redacted>")
 	require.Contains(t, logs.String(), `"password_set":true`)

@@ -2,73 +2,42 @@ package git
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"time"
 
-	gogit "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
-// fetchRefSpec maps the one remote branch to its remote-tracking reference.
-func (w *Worker) fetchRefSpec() config.RefSpec {
-	return config.RefSpec(fmt.Sprintf("+%s:%s", w.branch, w.remoteRef))
-}
+// errNoBranch means the remote has no such branch (or no refs at all): the branch starts from
+// scratch, or was deleted.
+var errNoBranch = errors.New("remote has no such branch")
 
-// isMissingBranch reports whether err means the remote has no such branch (or nothing at all),
-// so that the branch starts from scratch.
-func isMissingBranch(err error) bool {
-	return errors.Is(err, transport.ErrEmptyRemoteRepository) ||
-		errors.Is(err, gogit.NoMatchingRefSpecError{})
-}
-
-// open clones the branch (single branch, no tags, no worktree) into memory. A remote without
-// the branch yields an empty repository that knows the remote; the first commit has no parent.
+// open fetches the tip of the branch into a new working store: its commit and trees, depth 1,
+// without blobs when the server can filter them (a commit never reads a blob). This is a
+// `git clone --bare --depth 1 --single-branch`, minus the blobs. A remote without the branch
+// yields an empty store; the first commit has no parent.
 func (w *Worker) open(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
-	auth, ca := w.remoteAuth()
-	repo, err := gogit.CloneContext(ctx, memory.NewStorage(), nil, &gogit.CloneOptions{
-		URL:           w.opts.URL,
-		Auth:          auth,
-		RemoteName:    remoteName,
-		ReferenceName: w.branch,
-		SingleBranch:  true,
-		Tags:          gogit.NoTags,
-		CABundle:      ca,
-	})
-	var tip plumbing.Hash
+	store := memory.NewStorage()
+	tip, err := w.fetchInto(ctx, store, plumbing.ZeroHash, 1)
 	switch {
 	case err == nil:
-		ref, err := repo.Reference(w.remoteRef, true)
-		if err != nil {
-			return fmt.Errorf("read %s after clone: %w", w.remoteRef, err)
-		}
-		tip = ref.Hash()
-	case isMissingBranch(err):
-		repo, err = gogit.Init(memory.NewStorage(), nil)
-		if err != nil {
-			return err
-		}
-		if _, err := repo.CreateRemote(&config.RemoteConfig{
-			Name:  remoteName,
-			URLs:  []string{w.opts.URL},
-			Fetch: []config.RefSpec{w.fetchRefSpec()},
-		}); err != nil {
-			return err
-		}
+	case errors.Is(err, errNoBranch):
 		w.log.Info("remote branch does not exist yet; it starts with the first commit")
 	default:
 		return err
 	}
-	w.repo = repo
+	compacted, err := compactStore(store, tip)
+	if err != nil {
+		return err
+	}
+	w.setStore(compacted)
 	w.remoteTip = tip
 	w.remoteGone = false
 	w.stale = true
@@ -88,30 +57,16 @@ func (w *Worker) open(ctx context.Context) error {
 //   - the remote moved to foreign commits, or was rewound or rewritten by a force-push: the plans
 //     are marked stale, to be rebuilt on its tip;
 //   - the remote branch was deleted: the next push creates it again.
+//
+// It fetches the new tip's history down to the tip last seen, at most len(plans)+historyScanSlack
+// commits deep, and only the trees and commits the working store lacks.
 func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
-	remote, err := w.repo.Remote(remoteName)
-	if err != nil {
-		return false, err
-	}
-	auth, ca := w.remoteAuth()
-	err = remote.FetchContext(ctx, &gogit.FetchOptions{
-		RemoteName: remoteName,
-		RefSpecs:   []config.RefSpec{w.fetchRefSpec()},
-		Auth:       auth,
-		Tags:       gogit.NoTags,
-		CABundle:   ca,
-	})
-	var tip plumbing.Hash
+	tip, err := w.fetchInto(ctx, w.store, w.remoteTip, len(w.plans)+historyScanSlack+1)
 	switch {
-	case err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate):
-		ref, err := w.repo.Reference(w.remoteRef, true)
-		if err != nil {
-			return false, fmt.Errorf("read %s after fetch: %w", w.remoteRef, err)
-		}
-		tip = ref.Hash()
-	case isMissingBranch(err):
+	case err == nil:
+	case errors.Is(err, errNoBranch):
 		if w.remoteGone || w.remoteTip.IsZero() {
 			return false, nil
 		}
@@ -208,7 +163,7 @@ func (w *Worker) walkHistory(tip plumbing.Hash, limit int, visit func(plumbing.H
 		if !visit(h) {
 			continue
 		}
-		c, err := object.GetCommit(w.repo.Storer, h)
+		c, err := object.GetCommit(w.store, h)
 		if err != nil {
 			continue
 		}
@@ -222,28 +177,9 @@ func (w *Worker) walkHistory(tip plumbing.Hash, limit int, visit func(plumbing.H
 	return true
 }
 
-// pushOnce pushes the local branch; never forced. Unless the branch is to be created, the push
-// requires the remote branch to be where it was last seen (remoteTip): a remote that was rewound
-// meanwhile would otherwise accept our commits as a fast-forward and get back the commits it
-// dropped. A refused push is followed by a fetch, like a non-fast-forward.
+// pushOnce pushes every unpushed commit; never forced (see pushPlans).
 func (w *Worker) pushOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
-	defer cancel()
-	remote, err := w.repo.Remote(remoteName)
-	if err != nil {
-		return err
-	}
-	auth, ca := w.remoteAuth()
-	opts := &gogit.PushOptions{
-		RemoteName: remoteName,
-		RefSpecs:   []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", w.branch, w.branch))},
-		Auth:       auth,
-		CABundle:   ca,
-	}
-	if !w.remoteTip.IsZero() && !w.remoteGone {
-		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(fmt.Sprintf("%s:%s", w.remoteTip, w.branch))}
-	}
-	return remote.PushContext(ctx, opts)
+	return w.pushPlans(ctx, len(w.plans))
 }
 
 // redactedError carries a message with the credentials removed. It deliberately does not
@@ -275,18 +211,16 @@ func (w *Worker) remoteAuth() (transport.AuthMethod, []byte) {
 // uses them. Rotating a token this way keeps everything the worker holds, including commits
 // that failed to push with the old one. The credentials are validated as NewWorker does.
 func (w *Worker) SetCredentials(c Credentials) error {
-	if len(c.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(c.CABundle) {
-		return errors.New("git: Credentials.CABundle holds no PEM certificate")
+	auth, err := authFor(w.opts.URL, c)
+	if err != nil {
+		return err
 	}
 	w.credsMu.Lock()
 	if w.creds.Password != "" && w.creds.Password != c.Password {
 		w.retired = append(w.retired, w.creds.Password)
 	}
 	w.creds = c
-	w.auth = nil
-	if isHTTP(w.opts.URL) && !c.empty() {
-		w.auth = c.basicAuth()
-	}
+	w.auth = auth
 	w.credsMu.Unlock()
 	w.log.Info("credentials replaced; the next remote operation uses them")
 	return nil

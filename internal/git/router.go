@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // Remote is the repository a GitProvider names and how kubescribe writes to it. Every target
@@ -51,8 +52,21 @@ type TargetStatus struct {
 	Pending   int
 }
 
+// cursorAdvancer records pushed changes as the streams' resume points; watch.CursorStore
+// implements it.
+type cursorAdvancer interface {
+	Advance(ctx context.Context, changes []watch.Change) error
+}
+
+// cursorTimeout bounds one cursor advance.
+const cursorTimeout = 5 * time.Second
+
 // RouterOptions configures a Router.
 type RouterOptions struct {
+	// Cursors, when set, is told of every change a push delivered, so a restart resumes
+	// after it. A failed advance is logged; the next start replays those changes, which the
+	// writer recognises as already on the branch.
+	Cursors cursorAdvancer
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Logger is the base logger; workers add component, url and branch.
@@ -339,8 +353,25 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 	}
 }
 
-// onPushed records the last commit of each target a push carried.
+// onPushed advances the resume cursors past the changes a push delivered, and records the last
+// commit of each target it carried.
 func (r *Router) onPushed(res PushResult) {
+	if r.opts.Cursors != nil {
+		var changes []watch.Change
+		for _, ci := range res.Commits {
+			for _, c := range ci.Changes {
+				changes = append(changes, c.Change)
+			}
+		}
+		for _, c := range res.Settled {
+			changes = append(changes, c.Change)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
+		if err := r.opts.Cursors.Advance(ctx, changes); err != nil {
+			r.log.Warn("cannot advance the resume cursors; a restart replays these changes", "changes", len(changes), "err", err)
+		}
+		cancel()
+	}
 	now := time.Now()
 	targets := make([]types.NamespacedName, 0, len(res.Commits))
 	r.mu.Lock()

@@ -3,6 +3,7 @@ package git
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +108,45 @@ func TestRouterNotStarted(t *testing.T) {
 	err := r.Route(tenants, Destination{Remote: testRemote("file:///nonexistent"), Branch: "main"})
 	require.ErrorContains(t, err, "not running")
 	require.False(t, r.Routed(tenants))
+}
+
+// recordedCursors records what the router advances the cursors with.
+type recordedCursors struct {
+	mu      sync.Mutex
+	changes []watch.Change
+}
+
+func (c *recordedCursors) Advance(_ context.Context, changes []watch.Change) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.changes = append(c.changes, changes...)
+	return nil
+}
+
+// TestRouterAdvancesCursorsAfterPush: the changes a push delivered, and only those, advance the
+// resume cursors.
+func TestRouterAdvancesCursorsAfterPush(t *testing.T) {
+	_, url := newBareRemote(t)
+	cursors := &recordedCursors{}
+	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors})
+	r.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	require.NoError(t, r.Route(tenants, Destination{Remote: testRemote(url), Branch: "main", Path: "prod"}))
+	cursors.mu.Lock()
+	require.Empty(t, cursors.changes, "nothing advances before a push")
+	cursors.mu.Unlock()
+	r.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "shop", "settings", "v1")))
+	require.Eventually(t, func() bool {
+		cursors.mu.Lock()
+		defer cursors.mu.Unlock()
+		return len(cursors.changes) == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	cursors.mu.Lock()
+	defer cursors.mu.Unlock()
+	require.Equal(t, "settings", cursors.changes[0].Name)
+	require.Equal(t, "uid-settings", cursors.changes[0].UID)
 }

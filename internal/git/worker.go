@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/memory"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
@@ -23,6 +23,9 @@ import (
 type PushResult struct {
 	// Commits delivered by this push, oldest first.
 	Commits []CommitInfo
+	// Settled are changes that made no commit because the branch already held them; they are
+	// reported once nothing before them is left unpushed, with a push or on their own.
+	Settled []attribution.AttributedChange
 }
 
 // CommitInfo is one commit and the changes it holds.
@@ -48,7 +51,6 @@ type Status struct {
 }
 
 const (
-	remoteName = gogit.DefaultRemoteName
 	// maxRebaseRounds bounds how often one push cycle rebuilds on a moving remote before it
 	// backs off.
 	maxRebaseRounds = 3
@@ -56,8 +58,12 @@ const (
 	// history of a new remote tip to find pending commits that an earlier push delivered.
 	historyScanSlack = 300
 	// rewindScanLimit bounds the search for a new remote tip in the old remote tip's history,
-	// which tells a rewound branch from one that moved on.
+	// which tells a rewound branch from one that moved on. The working store keeps the commit
+	// objects (not their trees) of that many commits of history.
 	rewindScanLimit = 1000
+	// compactSlack is how many objects the working store may gain before it is compacted back
+	// to the tip's trees, once nothing is unpushed.
+	compactSlack = 4096
 	// defaultOpTimeout bounds one clone, fetch or push.
 	defaultOpTimeout = 2 * time.Minute
 	// defaultFinalTimeout bounds the last push attempt when Run's context ends.
@@ -96,13 +102,13 @@ type window struct {
 }
 
 // Worker is the single writer of one branch of one remote repository. It gathers submitted
-// changes into commits, builds them in an in-memory repository and pushes them. Submit and
+// changes into commits, builds them in a small in-memory working store (the branch tip's trees,
+// not its history) and pushes them. Submit and
 // Status may be called from any goroutine; Run runs the worker.
 type Worker struct {
-	opts      Options
-	log       *slog.Logger
-	branch    plumbing.ReferenceName // refs/heads/<branch>
-	remoteRef plumbing.ReferenceName // refs/remotes/origin/<branch>
+	opts   Options
+	log    *slog.Logger
+	branch plumbing.ReferenceName // refs/heads/<branch>
 
 	// credsMu guards the credentials, which SetCredentials replaces while the worker runs.
 	credsMu sync.RWMutex
@@ -116,6 +122,7 @@ type Worker struct {
 	backoff      func(attempt int) time.Duration
 	opTimeout    time.Duration
 	finalTimeout time.Duration
+	compactEvery int                             // compactSlack
 	pushFn       func(ctx context.Context) error // pushes the local branch; pushOnce
 
 	running atomic.Bool
@@ -128,18 +135,26 @@ type Worker struct {
 	stopped  bool // Run returned: submissions are no longer queued
 
 	// Owned by the Run goroutine.
-	repo      *gogit.Repository // nil until the first clone succeeded
-	remoteTip plumbing.Hash     // remote branch as last seen; parent of the first unpushed commit
-	localTip  plumbing.Hash     // newest local commit
-	stale     bool              // plans must be rebuilt on remoteTip before pushing
+	// store is the working object store: the tip's commit and trees, the objects of unpushed
+	// commits, and what fetches added since the last compaction. nil until the first clone.
+	store     *memory.Storage
+	compactAt int // compact the store once it holds this many objects and nothing is unpushed
+	trees     *treeCache
+	// Values this worker last added to the shared gauges.
+	gaugePlans, gaugeObjects int
+	remoteTip                plumbing.Hash // remote branch as last seen; parent of the first unpushed commit
+	localTip                 plumbing.Hash // newest local commit
+	stale                    bool          // plans must be rebuilt on remoteTip before pushing
 	// remoteGone is set when a fetch found the remote branch deleted: the next push creates it
 	// again, without requiring the remote branch to be at remoteTip.
 	remoteGone bool
 	// final is set for the last push attempt of shutdown; before it, a remote operation failing
 	// because Run's context ended is an interruption, not a failure.
-	final    bool
-	win      *window
-	plans    []*plan // closed windows not yet pushed, oldest first
+	final bool
+	win   *window
+	plans []*plan // closed windows not yet pushed, oldest first
+	// settled are changes that made no commit, waiting for the plans before them to be pushed.
+	settled  []attribution.AttributedChange
 	failures int
 	retryAt  time.Time // real clock; zero = now
 }
@@ -152,20 +167,19 @@ func NewWorker(opts Options) (*Worker, error) {
 	w := &Worker{
 		opts:         opts,
 		branch:       plumbing.NewBranchReferenceName(opts.Branch),
-		remoteRef:    plumbing.NewRemoteReferenceName(remoteName, opts.Branch),
 		backoff:      defaultBackoff,
 		opTimeout:    defaultOpTimeout,
 		finalTimeout: defaultFinalTimeout,
+		compactEvery: compactSlack,
+		trees:        newTreeCache(),
 		wake:         make(chan struct{}, 1),
 	}
 	w.pushFn = w.pushOnce
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
 	w.creds = opts.Credentials
-	if isHTTP(opts.URL) && !opts.Credentials.empty() {
-		w.auth = opts.Credentials.basicAuth()
-		if strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
-			w.log.Warn("credentials are sent over plain http; use https")
-		}
+	w.auth, _ = authFor(opts.URL, opts.Credentials) // validate checked it
+	if isHTTP(opts.URL) && !opts.Credentials.empty() && strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
+		w.log.Warn("credentials are sent over plain http; use https")
 	}
 	return w, nil
 }
@@ -229,6 +243,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.closeWindow()
 		}
 		w.sync(ctx)
+		w.reportGauges(false)
 		if ctx.Err() != nil {
 			return w.shutdown(ctx)
 		}
@@ -252,7 +267,7 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 	if w.win != nil {
 		next = w.win.deadline
 	}
-	needRemote := w.repo == nil || w.stale || len(w.plans) > 0
+	needRemote := w.store == nil || w.stale || len(w.plans) > 0
 	if needRemote && w.retryAt.After(time.Now()) && (next.IsZero() || w.retryAt.Before(next)) {
 		next = w.retryAt
 	}
@@ -289,6 +304,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 	w.mu.Unlock()
 	// Nothing of this worker is pending any more for the shared gauge: Run does not push it.
 	w.opts.Metrics.addPending(-pending)
+	w.reportGauges(true)
 	if pending == 0 {
 		w.log.Info("git worker stopped", "pending", 0)
 		return nil
@@ -309,6 +325,21 @@ func (w *Worker) shutdown(ctx context.Context) error {
 	}
 	w.log.Warn("git worker stopped with changes not pushed", "pending", pending, "late", late, "err", err)
 	return err
+}
+
+// reportGauges brings this worker's share of the unpushed-commits and store-objects gauges up to
+// date; stopped removes it.
+func (w *Worker) reportGauges(stopped bool) {
+	plans, objects := len(w.plans), 0
+	if w.store != nil {
+		objects = len(w.store.Objects)
+	}
+	if stopped {
+		plans, objects = 0, 0
+	}
+	w.opts.Metrics.addUnpushed(plans - w.gaugePlans)
+	w.opts.Metrics.addStoreObjects(objects - w.gaugeObjects)
+	w.gaugePlans, w.gaugeObjects = plans, objects
 }
 
 // drain moves queued submissions into commit windows.
@@ -347,7 +378,7 @@ func (w *Worker) accept(s submission) {
 	w.win.changes = append(w.win.changes, c)
 }
 
-func (w *Worker) builder() treeBuilder { return treeBuilder{s: w.repo.Storer} }
+func (w *Worker) builder() treeBuilder { return treeBuilder{s: w.store, trees: w.trees} }
 
 func (w *Worker) committer() object.Signature {
 	return object.Signature{Name: w.opts.Committer.Name, Email: w.opts.Committer.Email, When: w.opts.Now()}
@@ -359,7 +390,7 @@ func (w *Worker) closeWindow() {
 	w.win = nil
 	p := newPlan(win.key.targetPath, win.changes, w.opts.Committer, w.opts.AuthorEmailDomain, w.opts.Now())
 	w.plans = append(w.plans, p)
-	if w.repo == nil || w.stale {
+	if w.store == nil || w.stale {
 		return // materialized by the next rebuild
 	}
 	sha, ok, err := w.builder().materialize(p, w.localTip, w.committer())
@@ -373,6 +404,7 @@ func (w *Worker) closeWindow() {
 		w.plans = w.plans[:len(w.plans)-1]
 		w.addPending(-len(p.changes))
 		w.log.Debug("changes leave the tree unchanged; no commit", "changes", len(p.changes))
+		w.settle(p.covered)
 		return
 	}
 	w.committed(p, sha)
@@ -402,6 +434,7 @@ func (w *Worker) rebuild() error {
 		}
 		if !ok {
 			dropped += len(p.changes)
+			w.settled = append(w.settled, p.covered...)
 			w.log.Info("changes are already on the branch; no commit", "changes", len(p.changes), "author", p.author.Name)
 			continue
 		}
@@ -422,7 +455,7 @@ func (w *Worker) rebuild() error {
 func (w *Worker) setLocalTip(sha plumbing.Hash) {
 	w.localTip = sha
 	if !sha.IsZero() {
-		if err := w.repo.Storer.SetReference(plumbing.NewHashReference(w.branch, sha)); err != nil {
+		if err := w.store.SetReference(plumbing.NewHashReference(w.branch, sha)); err != nil {
 			w.log.Error("update local branch reference", "err", err)
 		}
 	}
@@ -438,7 +471,7 @@ func (w *Worker) sync(ctx context.Context) {
 	if time.Now().Before(w.retryAt) {
 		return
 	}
-	if w.repo == nil {
+	if w.store == nil {
 		if err := w.open(ctx); err != nil {
 			w.failed(ctx, "clone", err)
 			return
@@ -453,6 +486,7 @@ func (w *Worker) sync(ctx context.Context) {
 	if len(w.plans) > 0 {
 		w.push(ctx)
 	}
+	w.compactIfDue()
 }
 
 // push pushes the unpushed commits; on a non-fast-forward it fetches, rebuilds them on the new
@@ -462,7 +496,7 @@ func (w *Worker) push(ctx context.Context) {
 	for len(w.plans) > 0 {
 		start := time.Now()
 		err := w.pushFn(ctx)
-		if err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate) {
+		if err == nil {
 			w.opts.Metrics.pushed(pushResultSuccess, time.Since(start))
 			w.delivered(len(w.plans))
 			return
@@ -537,9 +571,27 @@ func (w *Worker) delivered(n int) {
 	w.status.LastPush = w.opts.Now()
 	w.status.LastError = nil
 	w.mu.Unlock()
+	if len(w.plans) == 0 {
+		res.Settled, w.settled = w.settled, nil
+	}
 	w.addPending(-changes)
 	w.log.Info("pushed", "commits", n, "changes", changes, "tip", w.remoteTip.String())
-	if w.opts.OnPushed != nil && n > 0 {
+	if w.opts.OnPushed != nil && (n > 0 || len(res.Settled) > 0) {
+		w.opts.OnPushed(res)
+	}
+}
+
+// settle records changes the branch already holds. They are reported at once when no commit
+// before them is left unpushed; otherwise with the push that delivers those commits, since the
+// branch holds them only once that push landed.
+func (w *Worker) settle(changes []attribution.AttributedChange) {
+	w.settled = append(w.settled, changes...)
+	if len(w.plans) > 0 || len(w.settled) == 0 {
+		return
+	}
+	res := PushResult{Settled: w.settled}
+	w.settled = nil
+	if w.opts.OnPushed != nil {
 		w.opts.OnPushed(res)
 	}
 }

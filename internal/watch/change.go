@@ -15,6 +15,11 @@ const (
 	OpCreate Op = "create"
 	OpUpdate Op = "update"
 	OpDelete Op = "delete"
+	// OpSweep is not an object's change: once a stream has handed a GitTarget the state of
+	// its resource, it says which objects exist (Keep), so that the writer removes the files of
+	// every other object of that resource in the target's folder. Only the stream's resource
+	// and namespace scope are swept.
+	OpSweep Op = "sweep"
 )
 
 // Change is one observed change of one watched object, already in declared form. It is the
@@ -37,7 +42,23 @@ type Change struct {
 	Manifest []byte
 	// Observed is when the watch delivered the change.
 	Observed time.Time
-	// Snapshot is true for objects found by the initial list rather than by a watch event:
-	// they are not a change anyone made now, so nobody is credited with them.
+	// Snapshot is true for objects found by a list rather than by a watch event. Such a
+	// change is credited to the fact of its (uid, resourceVersion) when one exists, and
+	// otherwise to the committer: nobody was seen making it.
 	Snapshot bool
+	// Resumed is set on a snapshot change that the stream's resume cursor shows happened
+	// while nothing watched: the object appeared, changed or disappeared since the last push.
+	// It waits for its fact like a live change.
+	Resumed bool
+	// Scope is the namespace scope of the stream that observed the change: the namespace its
+	// informer watches, "" for all namespaces. With Cluster, Target and GVR it names the
+	// stream's resume cursor.
+	Scope string
+	// Keep, for OpSweep only, lists the objects that exist, as "<namespace>/<name>".
+	Keep map[string]bool
+}
+
+// Stream names the stream (and so the resume cursor) a change belongs to.
+func (c Change) Stream() StreamID {
+	return StreamID{Cluster: c.Cluster, Target: c.Target, GVR: c.GVR, Namespace: c.Scope}
 }

@@ -16,6 +16,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// cursorTimeout bounds one read or write of a resume cursor.
+const cursorTimeout = 5 * time.Second
+
+// cursorSource reads and marks resume cursors; CursorStore implements it.
+type cursorSource interface {
+	Load(ctx context.Context, id StreamID) (Cursor, error)
+	MarkKnown(ctx context.Context, id StreamID) error
+}
+
 // informerKey identifies a shared informer within a cluster.
 type informerKey struct {
 	gvr       schema.GroupVersionResource
@@ -27,8 +36,13 @@ type subscription struct {
 	target types.NamespacedName
 	ops    []Op                   // empty: all
 	seen   map[types.UID][32]byte // uid -> hash of the last manifest emitted, for dedup
-	// primed is set once the target was handed the informer's state at subscription time.
-	primed bool
+	// cursor is what the target's folder held of this stream at the last push, and listed
+	// the objects the initial state held; both are dropped once synced.
+	cursor Cursor
+	listed map[string]bool
+	// synced is set once the target was handed the whole initial state: every object that
+	// differs from its cursor, the deletions the cursor reveals, and the sweep.
+	synced bool
 }
 
 func (s *subscription) allows(op Op) bool { return len(s.ops) == 0 || slices.Contains(s.ops, op) }
@@ -43,9 +57,11 @@ type sharedInformer struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	done     chan struct{}
+	informer     cache.SharedIndexInformer
+	registration cache.ResourceEventHandlerRegistration
+	cursors      cursorSource // nil: no resume
+	cancel       context.CancelFunc
+	done         chan struct{}
 
 	// mu serialises event fan-out with subscription changes, so a new subscriber is handed
 	// the informer's state exactly once, before any later event.
@@ -61,6 +77,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		render:  opts.Render,
 		emit:    opts.Emit,
 		metrics: opts.Metrics,
+		cursors: opts.Cursors,
 		log:     log.With("resource", key.gvr.String(), "namespace", key.namespace),
 		subs:    map[types.NamespacedName]*subscription{},
 		done:    make(chan struct{}),
@@ -72,7 +89,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		s.setErr(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 	})
-	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	s.registration, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) { s.onUpsert(obj, OpCreate, isInInitialList) },
 		UpdateFunc: func(oldObj, newObj any) {
 			if o, ok := oldObj.(*unstructured.Unstructured); ok {
@@ -94,6 +111,18 @@ func (s *sharedInformer) run(parent context.Context) {
 		defer close(s.done)
 		s.informer.RunWithContext(ctx)
 	}()
+	// Once the handler has seen the initial list, the subscribers that were waiting for it get
+	// the rest of their initial state.
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), s.registration.HasSynced) {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, sub := range s.subs {
+			s.finishInitialLocked(sub)
+		}
+	}()
 }
 
 func (s *sharedInformer) stop() {
@@ -113,7 +142,7 @@ func (s *sharedInformer) setErr(err error) {
 // operations of an existing one change in place.
 func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName][]Op) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var added []types.NamespacedName
 	for t := range s.subs {
 		if _, ok := subs[t]; !ok {
 			delete(s.subs, t)
@@ -124,16 +153,51 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName][]Op) {
 			sub.ops = ops
 			continue
 		}
-		sub := &subscription{target: t, ops: ops, seen: map[types.UID][32]byte{}}
+		added = append(added, t)
+	}
+	s.mu.Unlock()
+	if len(added) == 0 {
+		return
+	}
+	// Cursors are read without holding up the informer's events.
+	cursors := make(map[types.NamespacedName]Cursor, len(added))
+	for _, t := range added {
+		cursors[t] = s.loadCursor(t)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range added {
+		sub := &subscription{target: t, ops: subs[t], seen: map[types.UID][32]byte{}, cursor: cursors[t], listed: map[string]bool{}}
 		s.subs[t] = sub
 		s.primeLocked(sub)
 	}
 }
 
+// loadCursor reads a new subscriber's resume cursor. Without one (no store, or Redis does not
+// answer) the target is handed the whole state as a snapshot and its folder is swept, which
+// loses nothing but the authors of changes made while nothing watched.
+func (s *sharedInformer) loadCursor(target types.NamespacedName) Cursor {
+	if s.cursors == nil {
+		return Cursor{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
+	defer cancel()
+	c, err := s.cursors.Load(ctx, s.streamID(target))
+	if err != nil {
+		s.log.Warn("resume cursor unavailable; the target gets a full snapshot", "target", target.String(), "err", err)
+		return Cursor{}
+	}
+	return c
+}
+
+func (s *sharedInformer) streamID(target types.NamespacedName) StreamID {
+	return StreamID{Cluster: s.cluster, Target: target, GVR: s.key.gvr, Namespace: s.key.namespace}
+}
+
 // primeLocked hands a new subscriber the objects the informer's store holds. Events the
 // handler has not delivered yet for those objects are then recognised by the dedup. Before the
-// informer's initial list finished, the list's remaining objects reach the subscriber as they
-// are delivered.
+// handler has seen the informer's initial list, the list's remaining objects reach the
+// subscriber as they are delivered, and the run goroutine finishes its initial state.
 func (s *sharedInformer) primeLocked(sub *subscription) {
 	for _, obj := range s.informer.GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -145,12 +209,74 @@ func (s *sharedInformer) primeLocked(sub *subscription) {
 			s.log.Error("cannot render the declared form; object skipped", "name", u.GetName(), "err", err)
 			continue
 		}
-		sub.seen[u.GetUID()] = sha256.Sum256(manifest)
-		c := s.change(sub.target, u, OpCreate)
-		c.Manifest, c.Snapshot = manifest, true
-		s.emit(c)
+		s.initialLocked(sub, u, manifest, sha256.Sum256(manifest))
 	}
-	sub.primed = true
+	if s.registration.HasSynced() {
+		s.finishInitialLocked(sub)
+	}
+}
+
+// initialLocked hands sub one object of its initial state: nothing when its cursor shows the
+// folder already holds this very version, else a snapshot change, marked Resumed when the
+// cursor shows it changed (or appeared) while nothing watched.
+func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstructured, manifest []byte, sum [32]byte) {
+	field := objectField(u.GetNamespace(), u.GetName())
+	if sub.listed != nil {
+		sub.listed[field] = true
+	}
+	prev, known := sub.seen[u.GetUID()]
+	sub.seen[u.GetUID()] = sum
+	if known && prev == sum {
+		return
+	}
+	op := OpCreate
+	if e, ok := sub.cursor.Objects[field]; ok {
+		if e.UID == string(u.GetUID()) && e.ResourceVersion == u.GetResourceVersion() {
+			return // the folder holds this version already
+		}
+		op = OpUpdate // the folder holds an older version
+	}
+	c := s.change(sub.target, u, op)
+	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
+	s.emit(c)
+}
+
+// finishInitialLocked completes sub's initial state once it has every listed object: the
+// objects its cursor holds that no longer exist are deleted (Resumed, so their delete facts
+// can name who did it), and the sweep removes the files of any other object that does not
+// exist. The cursor is then marked as known, so a restart resumes from it.
+func (s *sharedInformer) finishInitialLocked(sub *subscription) {
+	if sub.synced {
+		return
+	}
+	keep := sub.listed
+	for field, e := range sub.cursor.Objects {
+		if keep[field] {
+			continue
+		}
+		ns, name := cursorObjectKey(field)
+		keep[field] = true // its file goes with the attributed delete, not with the sweep
+		s.emit(Change{
+			Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
+			Namespace: ns, Name: name, UID: e.UID, ResourceVersion: e.ResourceVersion,
+			Op: OpDelete, Observed: time.Now(), Snapshot: true, Resumed: true,
+		})
+	}
+	s.emit(Change{
+		Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
+		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
+	})
+	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
+	if s.cursors != nil {
+		id := s.streamID(sub.target)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
+			defer cancel()
+			if err := s.cursors.MarkKnown(ctx, id); err != nil {
+				s.log.Warn("cannot record the resume cursor; the next start sends a full snapshot", "target", id.Target.String(), "err", err)
+			}
+		}()
+	}
 }
 
 // status reports whether target's subscription has its initial state, and the last watch
@@ -160,7 +286,7 @@ func (s *sharedInformer) status(target types.NamespacedName) (synced bool, err e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subs[target]
-	synced = synced && ok && sub.primed
+	synced = synced && ok && sub.synced
 	if synced {
 		s.lastErr = nil
 	}
@@ -182,17 +308,20 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sub := range s.subs {
+		if initial && !sub.synced {
+			s.initialLocked(sub, u, manifest, sum)
+			continue
+		}
 		prev, known := sub.seen[u.GetUID()]
 		sub.seen[u.GetUID()] = sum
 		if known && prev == sum {
 			continue // only server-side or status fields changed: nothing declared changed
 		}
-		// The initial list is the state to mirror, whatever operations the rules select.
-		if !initial && !sub.allows(op) {
+		if !sub.allows(op) {
 			continue
 		}
 		c := s.change(sub.target, u, op)
-		c.Manifest, c.Snapshot = manifest, initial
+		c.Manifest = manifest
 		s.emit(c)
 	}
 }
@@ -222,6 +351,7 @@ func (s *sharedInformer) change(target types.NamespacedName, u *unstructured.Uns
 		Cluster:         s.cluster,
 		Target:          target,
 		GVR:             s.key.gvr,
+		Scope:           s.key.namespace,
 		Namespace:       u.GetNamespace(),
 		Name:            u.GetName(),
 		UID:             string(u.GetUID()),

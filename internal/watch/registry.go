@@ -51,6 +51,9 @@ type RegistryOptions struct {
 	Emit    func(Change)
 	Logger  *slog.Logger
 	Metrics *Metrics // may be nil
+	// Cursors holds the streams' resume cursors. nil: no resume; every start hands each
+	// GitTarget the whole state as a snapshot and sweeps its folder.
+	Cursors cursorSource
 	// DiscoveryRefresh is how often each cluster's discovery catalog is re-read when no CRD or
 	// APIService change triggered it sooner; DefaultDiscoveryRefresh when zero.
 	DiscoveryRefresh time.Duration

@@ -50,16 +50,7 @@ func TestStreamEmitsSnapshotChangesAndDedups(t *testing.T) {
 	target := types.NamespacedName{Namespace: "demo", Name: "target"}
 	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Operations: []Op{OpCreate, OpUpdate}}})
 
-	next := func() Change {
-		t.Helper()
-		select {
-		case c := <-changes:
-			return c
-		case <-time.After(5 * time.Second):
-			t.Fatal("no change emitted")
-			return Change{}
-		}
-	}
+	next := func() Change { t.Helper(); return nextChange(t, changes) }
 	snap := next()
 	require.True(t, snap.Snapshot)
 	require.Equal(t, "existing", snap.Name)
@@ -120,16 +111,7 @@ func TestTargetsShareOneInformer(t *testing.T) {
 	defer cancel()
 	reg.Start(ctx)
 	defer reg.Stop()
-	next := func() Change {
-		t.Helper()
-		select {
-		case c := <-changes:
-			return c
-		case <-time.After(5 * time.Second):
-			t.Fatal("no change emitted")
-			return Change{}
-		}
-	}
+	next := func() Change { t.Helper(); return nextChange(t, changes) }
 
 	first := types.NamespacedName{Namespace: "demo", Name: "first"}
 	second := types.NamespacedName{Namespace: "demo", Name: "second"}
@@ -186,4 +168,21 @@ func fakeDiscovery() discovery.DiscoveryInterface {
 func TestUnionOps(t *testing.T) {
 	require.Nil(t, unionOps(nil, []Op{OpCreate}))
 	require.Equal(t, []Op{OpCreate, OpDelete}, unionOps([]Op{OpDelete}, []Op{OpCreate, OpDelete}))
+}
+
+// nextChange returns the next change that is not a sweep.
+func nextChange(t *testing.T, changes <-chan Change) Change {
+	t.Helper()
+	for {
+		select {
+		case c := <-changes:
+			if c.Op == OpSweep {
+				continue
+			}
+			return c
+		case <-time.After(5 * time.Second):
+			t.Fatal("no change emitted")
+			return Change{}
+		}
+	}
 }

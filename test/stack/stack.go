@@ -11,10 +11,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -63,6 +66,8 @@ type Stack struct {
 	logFile          *os.File
 	cancel           context.CancelFunc
 	done             chan error
+	// proc is kubescribe when it runs as a process (StartKubescribeProcess).
+	proc *exec.Cmd
 }
 
 // Start starts the stack and waits until kubescribe is ready.
@@ -130,9 +135,71 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	return s.waitReady(ctx)
 }
 
+// StartKubescribeProcess runs kubescribe as the cmd/server binary bin, with the settings
+// StartKubescribe uses, and waits until it is ready; KillKubescribe ends it as SIGKILL does.
+// Its output is appended to LogPath.
+func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
+	cp := s.ControlPlane
+	s.LogPath = filepath.Join(cp.Dir, "kubescribe.log")
+	var err error
+	if s.logFile, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	opsAddr := ln.Addr().String()
+	_ = ln.Close()
+	grace := s.grace
+	if grace <= 0 {
+		grace = app.DefaultOptions().AttributionGrace
+	}
+	cmd := exec.Command(bin,
+		"--kubeconfig="+cp.KubeconfigPath("kubescribe"),
+		"--redis-addr="+cp.RedisAddr,
+		"--audit-listen-address="+cp.Audit.ListenAddr,
+		"--ops-listen-address="+opsAddr,
+		"--tls-cert-file="+cp.Audit.CertFile, "--tls-private-key-file="+cp.Audit.KeyFile,
+		"--audit-client-ca-file="+cp.Audit.ClientCAFile, "--audit-token-file="+cp.Audit.TokenFile,
+		"--shutdown-timeout=20s", "--attribution-grace="+grace.String(),
+		"--log-format=json", "--log-level=debug")
+	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", bin, err)
+	}
+	s.proc, s.OpsURL = cmd, "http://"+opsAddr
+	s.done = make(chan error, 1)
+	go func() { s.done <- cmd.Wait() }()
+	return s.waitReady(ctx)
+}
+
+// KillKubescribe kills a kubescribe started by StartKubescribeProcess with SIGKILL: nothing
+// of its shutdown runs.
+func (s *Stack) KillKubescribe() error {
+	if s.proc == nil {
+		return errors.New("kubescribe does not run as a process")
+	}
+	_ = s.proc.Process.Kill()
+	<-s.done
+	s.proc = nil
+	if s.logFile != nil {
+		_ = s.logFile.Close()
+		s.logFile = nil
+	}
+	return nil
+}
+
 // StopKubescribe stops kubescribe gracefully, as SIGTERM does, and returns once it exited.
 func (s *Stack) StopKubescribe() error {
 	var err error
+	if s.proc != nil {
+		_ = s.proc.Process.Signal(syscall.SIGTERM)
+		if perr := <-s.done; perr != nil {
+			err = fmt.Errorf("kubescribe: %w", perr)
+		}
+		s.proc = nil
+	}
 	if s.cancel != nil {
 		s.cancel()
 		if rerr := <-s.done; rerr != nil {

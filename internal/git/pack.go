@@ -1,0 +1,137 @@
+package git
+
+import (
+	"bytes"
+	"compress/zlib"
+	"crypto/sha1" //nolint:gosec // Git object and pack checksums are SHA-1.
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// Pack object types (gitformat-pack).
+const (
+	packTypeCommit   = 1
+	packTypeTree     = 2
+	packTypeBlob     = 3
+	packTypeRefDelta = 7
+)
+
+// maxDeltaRatio is how small a delta must be, relative to the whole object, to be sent instead.
+const maxDeltaRatio = 0.75
+
+// buildPack encodes objs, deduplicated, as a packfile version 2. With thin set, an object whose
+// base is in s is sent as a REF_DELTA against it: the base is on the remote (or earlier in
+// this pack), and receive-pack completes such a thin pack (index-pack --fix-thin), as it does
+// for git push. The pack holds only these objects, so its size depends on what the commits
+// changed, not on the size or history of the repository.
+func buildPack(s storer.EncodedObjectStorer, objs []packObject, thin bool) ([]byte, error) {
+	seen := make(map[plumbing.Hash]bool, len(objs))
+	var body bytes.Buffer
+	n := 0
+	zw := zlib.NewWriter(io.Discard)
+	for _, o := range objs {
+		if seen[o.hash] {
+			continue
+		}
+		seen[o.hash] = true
+		obj, err := s.EncodedObject(plumbing.AnyObject, o.hash)
+		if err != nil {
+			return nil, fmt.Errorf("read object %s for the pack: %w", o.hash, err)
+		}
+		content, err := readObject(obj)
+		if err != nil {
+			return nil, err
+		}
+		typ, err := packType(obj.Type())
+		if err != nil {
+			return nil, err
+		}
+		data, base := content, plumbing.ZeroHash
+		if thin && !o.base.IsZero() && o.base != o.hash {
+			if d, ok := deltaAgainst(s, o.base, obj, len(content)); ok {
+				data, base, typ = d, o.base, packTypeRefDelta
+			}
+		}
+		writeEntryHeader(&body, typ, len(data))
+		if typ == packTypeRefDelta {
+			body.Write(base[:])
+		}
+		zw.Reset(&body)
+		if _, err := zw.Write(data); err != nil {
+			return nil, err
+		}
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+		n++
+	}
+	out := make([]byte, 0, 12+body.Len()+sha1.Size)
+	out = append(out, 'P', 'A', 'C', 'K')
+	out = binary.BigEndian.AppendUint32(out, 2)
+	out = binary.BigEndian.AppendUint32(out, uint32(n)) //nolint:gosec // a pack of a few commits
+	out = append(out, body.Bytes()...)
+	sum := sha1.Sum(out) //nolint:gosec // the pack trailer is SHA-1
+	return append(out, sum[:]...), nil
+}
+
+// deltaAgainst returns obj as a delta against base when base is in s and the delta is worth it.
+func deltaAgainst(s storer.EncodedObjectStorer, base plumbing.Hash, obj plumbing.EncodedObject, size int) ([]byte, bool) {
+	b, err := s.EncodedObject(plumbing.AnyObject, base)
+	if err != nil || b.Type() != obj.Type() {
+		return nil, false
+	}
+	d, err := packfile.GetDelta(b, obj)
+	if err != nil {
+		return nil, false
+	}
+	data, err := readObject(d)
+	if err != nil || float64(len(data)) > maxDeltaRatio*float64(size) {
+		return nil, false
+	}
+	return data, true
+}
+
+func readObject(obj plumbing.EncodedObject) ([]byte, error) {
+	r, err := obj.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("read object %s: %w", obj.Hash(), err)
+	}
+	defer func() { _ = r.Close() }()
+	buf := make([]byte, 0, obj.Size())
+	out := bytes.NewBuffer(buf)
+	if _, err := io.Copy(out, r); err != nil {
+		return nil, fmt.Errorf("read object %s: %w", obj.Hash(), err)
+	}
+	return out.Bytes(), nil
+}
+
+func packType(t plumbing.ObjectType) (int, error) {
+	switch t {
+	case plumbing.CommitObject:
+		return packTypeCommit, nil
+	case plumbing.TreeObject:
+		return packTypeTree, nil
+	case plumbing.BlobObject:
+		return packTypeBlob, nil
+	default:
+		return 0, fmt.Errorf("object type %s is not written by the worker", t)
+	}
+}
+
+// writeEntryHeader writes the type and size of a pack entry: 3 type bits and 4 size bits in the
+// first byte, then 7 size bits per byte, the high bit marking continuation.
+func writeEntryHeader(w *bytes.Buffer, typ, size int) {
+	b := byte(typ<<4) | byte(size&0x0f)
+	size >>= 4
+	for size > 0 {
+		w.WriteByte(b | 0x80)
+		b = byte(size & 0x7f)
+		size >>= 7
+	}
+	w.WriteByte(b)
+}

@@ -1,0 +1,62 @@
+package git
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// The working store does not grow with the history: once pushed, it is compacted back to the
+// tip's trees (and the commit objects of recent history), and commits built after a compaction
+// still land correctly on the remote.
+func TestWorkingStoreIsCompacted(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	seedRemote(t, url, "seed/file.yaml", "seed\n")
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 10
+	tw.start(t)
+
+	const commits = 30
+	for i := range commits {
+		user := []string{"alice", "bob"}[i%2] // alternating authors: one commit each
+		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", "cfg", fmt.Sprint(i))))
+		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
+	}
+	// The tip's trees (root, seed, demo, core, configmaps) and the history's commit objects,
+	// plus fewer than compactEvery objects since the last compaction; 30 commits wrote 180.
+	waitFor(t, "store compacted", func() bool {
+		return testutil.ToFloat64(opts.Metrics.storeObjects) <= 5+commits+1+10
+	})
+	require.InDelta(t, 0, testutil.ToFloat64(opts.Metrics.unpushed), 0)
+	require.NoError(t, tw.stop(t))
+	require.InDelta(t, 0, testutil.ToFloat64(opts.Metrics.storeObjects), 0, "a stopped worker holds nothing")
+
+	require.Len(t, gitLog(t, gitDir, "main", "%s"), commits+1)
+	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg.yaml"), fmt.Sprintf("key: %d", commits-1))
+	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.yaml"))
+	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
+	require.Contains(t, tw.logs.String(), "working store compacted")
+}
+
+// seedRemote pushes a first commit holding file to the main branch of url.
+func seedRemote(t testing.TB, url, file, content string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "seed")
+	runGit(t, "", "init", "-q", "-b", "main", dir)
+	require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644))
+	runGit(t, dir, "add", file)
+	runGit(t, dir, "-c", "user.name=seed", "-c", "user.email=seed@example.com", "commit", "-q", "-m", "seed")
+	runGit(t, dir, "push", "-q", url, "main")
+}

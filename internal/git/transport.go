@@ -1,0 +1,300 @@
+package git
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// The worker speaks the Git protocol through go-git's transports (https, ssh, file) itself,
+// rather than through go-git's Remote: a fetch asks for exactly the branch tip, shallow and
+// without blobs, and a push sends a pack of exactly the objects its commits created. go-git's
+// Remote.Push would walk every tree reachable from the remote tip to compute that set.
+
+// errRemoteMoved means the remote branch is not where the worker last saw it: the push is not
+// attempted, and a fetch follows.
+var errRemoteMoved = errors.New("remote branch moved")
+
+// dial returns the transport and endpoint for the next remote operation, with the current
+// credentials.
+func (w *Worker) dial() (transport.Transport, *transport.Endpoint, transport.AuthMethod, error) {
+	ep, err := transport.NewEndpoint(w.opts.URL)
+	if err != nil {
+		return nil, nil, nil, errors.New("invalid repository URL")
+	}
+	auth, ca := w.remoteAuth()
+	ep.CaBundle = ca
+	cl, err := client.NewClient(ep)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cl, ep, auth, nil
+}
+
+// branchIn returns the hash the advertisement gives the worker's branch.
+func (w *Worker) branchIn(ar *packp.AdvRefs) (plumbing.Hash, bool) {
+	if ar == nil {
+		return plumbing.ZeroHash, false
+	}
+	h, ok := ar.References[w.branch.String()]
+	return h, ok
+}
+
+// fetchInto downloads the branch tip into store: the commits down to depth (or to have, the
+// tip last seen, whose trees store holds) and their trees, and their blobs only when the server
+// cannot filter them out. It returns the tip, or errNoBranch.
+func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plumbing.Hash, depth int) (plumbing.Hash, error) {
+	cl, ep, auth, err := w.dial()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	sess, err := cl.NewUploadPackSession(ep, auth)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	defer func() { _ = sess.Close() }()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if errors.Is(err, transport.ErrEmptyRemoteRepository) {
+		return plumbing.ZeroHash, errNoBranch
+	}
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	tip, ok := w.branchIn(ar)
+	if !ok {
+		return plumbing.ZeroHash, errNoBranch
+	}
+	if tip == have || w.planCommit(tip) {
+		return tip, nil // store holds it with its trees
+	}
+	req := packp.NewUploadPackRequest()
+	caps := ar.Capabilities
+	for _, c := range []capability.Capability{capability.OFSDelta, capability.NoProgress} {
+		if caps.Supports(c) {
+			_ = req.Capabilities.Set(c)
+		}
+	}
+	band := sideband.Type(0)
+	switch {
+	case caps.Supports(capability.Sideband64k):
+		band = sideband.Sideband64k
+		_ = req.Capabilities.Set(capability.Sideband64k)
+	case caps.Supports(capability.Sideband):
+		band = sideband.Sideband
+		_ = req.Capabilities.Set(capability.Sideband)
+	}
+	if caps.Supports(capability.Shallow) {
+		_ = req.Capabilities.Set(capability.Shallow)
+		req.Depth = packp.DepthCommits(depth)
+	}
+	if caps.Supports(capability.Filter) {
+		_ = req.Capabilities.Set(capability.Filter)
+		req.Filter = packp.FilterBlobNone()
+	}
+	req.Wants = []plumbing.Hash{tip}
+	if !have.IsZero() {
+		if _, err := store.EncodedObject(plumbing.CommitObject, have); err == nil {
+			// The store holds have's commit and trees, not its parents: declaring it shallow
+			// keeps the server from assuming we hold its history's trees.
+			req.Haves = []plumbing.Hash{have}
+			if caps.Supports(capability.Shallow) {
+				req.Shallows = []plumbing.Hash{have}
+			}
+		}
+	}
+	resp, err := sess.UploadPack(ctx, req)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	defer func() { _ = resp.Close() }()
+	var r io.Reader = resp
+	if band != 0 {
+		r = sideband.NewDemuxer(band, resp)
+	}
+	if err := packfile.UpdateObjectStorage(store, r); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read pack: %w", err)
+	}
+	if _, err := object.GetCommit(store, tip); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("fetched pack lacks the branch tip %s: %w", tip, err)
+	}
+	return tip, nil
+}
+
+// planCommit reports whether h is one of the unpushed commits.
+func (w *Worker) planCommit(h plumbing.Hash) bool {
+	for _, p := range w.plans {
+		if p.sha == h {
+			return true
+		}
+	}
+	return false
+}
+
+// pushPlans pushes the first n unpushed commits: one receive-pack request updating the branch
+// from remoteTip to the n-th commit, with a pack of the objects those commits created, trees as
+// deltas against the trees they replace. It is never forced: unless the branch is to be created,
+// the command names remoteTip as the old value, so the server refuses it if the branch moved
+// (in any direction) after the advertisement. A branch that is not at remoteTip already in the
+// advertisement is refused before anything is sent.
+func (w *Worker) pushPlans(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
+	defer cancel()
+	if n == 0 {
+		return nil
+	}
+	newTip := w.plans[n-1].sha
+	cl, ep, auth, err := w.dial()
+	if err != nil {
+		return err
+	}
+	sess, err := cl.NewReceivePackSession(ep, auth)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sess.Close() }()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
+		return err
+	}
+	cur, exists := w.branchIn(ar)
+	create := w.remoteTip.IsZero() || w.remoteGone
+	old := w.remoteTip
+	switch {
+	case create && exists:
+		return fmt.Errorf("%w: it exists at %s, the worker expected to create it", errRemoteMoved, cur)
+	case create:
+		old = plumbing.ZeroHash
+	case !exists:
+		return fmt.Errorf("%w: it no longer exists, the worker expected it at %s", errRemoteMoved, old)
+	case cur != old:
+		return fmt.Errorf("%w: it is at %s, the worker expected it at %s", errRemoteMoved, cur, old)
+	}
+	var objs []packObject
+	for _, p := range w.plans[:n] {
+		objs = append(objs, p.objects...)
+	}
+	// A branch being created gets no deltas: its bases might be gone from the remote.
+	pack, err := buildPack(w.store, objs, !create)
+	if err != nil {
+		return err
+	}
+	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
+	req.Commands = []*packp.Command{{Name: w.branch, Old: old, New: newTip}}
+	req.Packfile = io.NopCloser(bytes.NewReader(pack))
+	rs, err := sess.ReceivePack(ctx, req)
+	w.opts.Metrics.pushBytes(len(pack))
+	if err != nil {
+		return err
+	}
+	if rs != nil {
+		return rs.Error()
+	}
+	return nil
+}
+
+// setStore replaces the working store and resets the compaction threshold.
+func (w *Worker) setStore(s *memory.Storage) {
+	w.store = s
+	w.compactAt = len(s.Objects) + w.compactEvery
+}
+
+// compactIfDue replaces the working store by one holding only what the next commits need, once
+// enough objects accumulated and nothing is unpushed.
+func (w *Worker) compactIfDue() {
+	if len(w.plans) > 0 || w.stale || w.store == nil || w.localTip != w.remoteTip ||
+		len(w.store.Objects) < w.compactAt {
+		return
+	}
+	s, err := compactStore(w.store, w.localTip)
+	if err != nil {
+		w.log.Error("compacting the working store failed; keeping it", "err", err)
+		w.compactAt = len(w.store.Objects) + w.compactEvery
+		return
+	}
+	w.log.Debug("working store compacted", "objects_before", len(w.store.Objects), "objects_after", len(s.Objects))
+	w.setStore(s)
+	w.setLocalTip(w.localTip)
+}
+
+// compactStore copies out of s what building commits on tip needs: tip's commit and all its
+// trees (never a blob: commits do not read them), and the commit objects of tip's history that
+// s holds, up to rewindScanLimit, to recognise a rewound branch. Its size depends on the size of
+// the tip's tree, not on the history.
+func compactStore(s *memory.Storage, tip plumbing.Hash) (*memory.Storage, error) {
+	out := memory.NewStorage()
+	if tip.IsZero() {
+		return out, nil
+	}
+	c, err := object.GetCommit(s, tip)
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", tip, err)
+	}
+	stack := []plumbing.Hash{c.TreeHash}
+	seen := map[plumbing.Hash]bool{c.TreeHash: true}
+	for len(stack) > 0 {
+		h := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		obj, err := s.EncodedObject(plumbing.TreeObject, h)
+		if err != nil {
+			return nil, fmt.Errorf("read tree %s: %w", h, err)
+		}
+		if _, err := out.SetEncodedObject(obj); err != nil {
+			return nil, err
+		}
+		raw, err := readObject(obj)
+		if err != nil {
+			return nil, err
+		}
+		t, err := parseTree(h, raw)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range t.ents {
+			if e.mode != filemode.Dir {
+				continue
+			}
+			if sub := t.hashAt(i); !seen[sub] {
+				seen[sub] = true
+				stack = append(stack, sub)
+			}
+		}
+	}
+	// History: commit objects only, breadth first, as far as s holds them.
+	queue := []plumbing.Hash{tip}
+	kept := map[plumbing.Hash]bool{tip: true}
+	for len(queue) > 0 && len(kept) <= rewindScanLimit {
+		h := queue[0]
+		queue = queue[1:]
+		obj, err := s.EncodedObject(plumbing.CommitObject, h)
+		if err != nil {
+			continue
+		}
+		if _, err := out.SetEncodedObject(obj); err != nil {
+			return nil, err
+		}
+		var cm object.Commit
+		if err := cm.Decode(obj); err != nil {
+			continue
+		}
+		for _, p := range cm.ParentHashes {
+			if !kept[p] {
+				kept[p] = true
+				queue = append(queue, p)
+			}
+		}
+	}
+	return out, nil
+}

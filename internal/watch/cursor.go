@@ -1,0 +1,148 @@
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+)
+
+// Keys owned by this package, all under the configured prefix P:
+//
+//	P:cursor:<cluster>:<target namespace>/<target name>:<resource>.<group>/<version>:<namespace scope>
+//	    a hash: one field per object the GitTarget's folder holds, "<namespace>/<name>" ("/<name>"
+//	    for a cluster-scoped object), whose value is a cursorRecord (JSON); plus the field
+//	    cursorInitField once the target was first handed the resource's state. The namespace
+//	    scope is the informer's namespace, "*" for all namespaces.
+//
+// The cursor is the resume point of one stream: what the GitTarget's folder holds of one
+// resource, as pushed. It advances only after a push (CursorStore.Advance), so after a crash a
+// restart compares the cluster with what really reached the remote, and replays the rest.
+
+// cursorVersion is the version of cursorRecord; a record of another version is ignored (the
+// object is then treated as unknown: replayed, which is safe).
+const cursorVersion = 1
+
+// cursorInitField marks a cursor that exists; an object name can never be "." (Kubernetes
+// refuses it as a path segment), so it cannot collide.
+const cursorInitField = "."
+
+// cursorRecord is the stored value of one object in a cursor.
+type cursorRecord struct {
+	V   int    `json:"v"`
+	UID string `json:"uid"`
+	RV  string `json:"rv"`
+}
+
+// CursorEntry is what a cursor holds of one object.
+type CursorEntry struct {
+	UID             string
+	ResourceVersion string
+}
+
+// Cursor is a stream's resume point: the objects the folder holds, by "<namespace>/<name>".
+// Known is false when no cursor was ever written for the stream (a new GitTarget or resource).
+type Cursor struct {
+	Known   bool
+	Objects map[string]CursorEntry
+}
+
+// CursorStore keeps resume cursors in Redis.
+type CursorStore struct {
+	rdb    redis.UniversalClient
+	prefix keyspace.Prefix
+}
+
+// NewCursorStore returns a CursorStore.
+func NewCursorStore(rdb redis.UniversalClient, prefix keyspace.Prefix) *CursorStore {
+	return &CursorStore{rdb: rdb, prefix: prefix}
+}
+
+// StreamID identifies a stream's cursor.
+type StreamID struct {
+	Cluster   string
+	Target    types.NamespacedName
+	GVR       schema.GroupVersionResource
+	Namespace string // the informer's scope; "" is all namespaces
+}
+
+func (s *CursorStore) key(id StreamID) string {
+	scope := id.Namespace
+	if scope == "" {
+		scope = "*"
+	}
+	return s.prefix.Key("cursor", id.Cluster, id.Target.String(), resourceLabel(id.GVR)+"/"+id.GVR.Version, scope)
+}
+
+// objectField is the hash field of an object.
+func objectField(namespace, name string) string { return namespace + "/" + name }
+
+// Load reads a stream's cursor.
+func (s *CursorStore) Load(ctx context.Context, id StreamID) (Cursor, error) {
+	all, err := s.rdb.HGetAll(ctx, s.key(id)).Result()
+	if err != nil {
+		return Cursor{}, fmt.Errorf("reading the resume cursor of %s: %w", s.key(id), err)
+	}
+	c := Cursor{Objects: make(map[string]CursorEntry, len(all))}
+	for field, val := range all {
+		if field == cursorInitField {
+			c.Known = true
+			continue
+		}
+		var rec cursorRecord
+		if json.Unmarshal([]byte(val), &rec) != nil || rec.V != cursorVersion {
+			continue
+		}
+		c.Objects[field] = CursorEntry{UID: rec.UID, ResourceVersion: rec.RV}
+	}
+	if len(c.Objects) > 0 {
+		c.Known = true
+	}
+	return c, nil
+}
+
+// MarkKnown records that a stream's cursor exists, even while it holds no object.
+func (s *CursorStore) MarkKnown(ctx context.Context, id StreamID) error {
+	return s.rdb.HSet(ctx, s.key(id), cursorInitField, "1").Err()
+}
+
+// Advance records pushed changes in their streams' cursors: a created or updated object with
+// the resourceVersion pushed, a deleted one removed. Changes are applied in order, in one
+// pipelined round trip. Sweeps carry no object and are skipped.
+func (s *CursorStore) Advance(ctx context.Context, changes []Change) error {
+	pipe := s.rdb.Pipeline()
+	n := 0
+	for _, c := range changes {
+		if c.Op == OpSweep {
+			continue
+		}
+		key := s.key(c.Stream())
+		field := objectField(c.Namespace, c.Name)
+		n++
+		if c.Op == OpDelete {
+			pipe.HDel(ctx, key, field)
+			continue
+		}
+		val, _ := json.Marshal(cursorRecord{V: cursorVersion, UID: c.UID, RV: c.ResourceVersion})
+		pipe.HSet(ctx, key, field, val, cursorInitField, "1")
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("advancing %d resume cursor entries: %w", n, err)
+	}
+	return nil
+}
+
+// cursorObjectKey splits a cursor field back into namespace and name.
+func cursorObjectKey(field string) (namespace, name string) {
+	ns, name, _ := strings.Cut(field, "/")
+	return ns, name
+}

@@ -1,0 +1,184 @@
+package watch
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
+)
+
+// fakeCursors is an in-memory cursorSource.
+type fakeCursors struct {
+	mu      sync.Mutex
+	cursors map[StreamID]Cursor
+	marked  []StreamID
+}
+
+func (f *fakeCursors) Load(_ context.Context, id StreamID) (Cursor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cursors[id], nil
+}
+
+func (f *fakeCursors) MarkKnown(_ context.Context, id StreamID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marked = append(f.marked, id)
+	return nil
+}
+
+func (f *fakeCursors) markedIDs() []StreamID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]StreamID(nil), f.marked...)
+}
+
+// collect gathers emitted changes until the sweep, which closes a target's initial state.
+func collectUntilSweep(t *testing.T, changes <-chan Change) (objects map[string]Change, sweep Change) {
+	t.Helper()
+	objects = map[string]Change{}
+	for {
+		select {
+		case c := <-changes:
+			if c.Op == OpSweep {
+				return objects, c
+			}
+			objects[c.Name] = c
+		case <-time.After(5 * time.Second):
+			t.Fatal("no sweep emitted")
+		}
+	}
+}
+
+// TestResumeFromCursor: a target whose cursor says what its folder holds is handed only what
+// changed while nothing watched: changed and new objects as resumed snapshot changes, deleted
+// ones as resumed deletes with the uid the cursor recorded, then a sweep that keeps all of
+// them. An object the folder already holds in that very version is not handed again.
+func TestResumeFromCursor(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("same", "1", map[string]any{"a": "1"}),
+		configMap("changed", "5", map[string]any{"a": "2"}),
+		configMap("new", "6", map[string]any{"a": "3"}))
+	target := types.NamespacedName{Namespace: "demo", Name: "target"}
+	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+	cursors := &fakeCursors{cursors: map[StreamID]Cursor{id: {Known: true, Objects: map[string]CursorEntry{
+		"demo/same":    {UID: "uid-same", ResourceVersion: "1"},
+		"demo/changed": {UID: "uid-changed", ResourceVersion: "2"},
+		"demo/gone":    {UID: "uid-gone", ResourceVersion: "3"},
+	}}}}
+	changes := make(chan Change, 16)
+	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }, Cursors: cursors})
+	require.NoError(t, err)
+	m, err := reg.AddCluster("local", client, fakeDiscovery())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg.Start(ctx)
+	defer reg.Stop()
+	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+
+	got, sweep := collectUntilSweep(t, changes)
+	require.Len(t, got, 3, "the unchanged object is not handed again: %v", got)
+	for name, op := range map[string]Op{"changed": OpUpdate, "new": OpCreate} {
+		require.Equal(t, op, got[name].Op, name)
+		require.True(t, got[name].Snapshot && got[name].Resumed, name)
+		require.NotEmpty(t, got[name].Manifest)
+	}
+	gone := got["gone"]
+	require.Equal(t, OpDelete, gone.Op)
+	require.Equal(t, "uid-gone", gone.UID, "the delete carries the uid its fact is keyed by")
+	require.Equal(t, "demo", gone.Namespace)
+	require.True(t, gone.Snapshot && gone.Resumed)
+	require.Equal(t, map[string]bool{"demo/same": true, "demo/changed": true, "demo/new": true, "demo/gone": true}, sweep.Keep)
+	require.Equal(t, "demo", sweep.Scope)
+	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, id, cursors.markedIDs()[0])
+	ok, err := m.Status("demo/rule")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// After the initial state, the unchanged object's later change is a live one.
+	_, err = client.Resource(configMaps).Namespace("demo").Update(ctx, configMap("same", "7", map[string]any{"a": "9"}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	live := nextChange(t, changes)
+	require.Equal(t, "same", live.Name)
+	require.Equal(t, OpUpdate, live.Op)
+	require.False(t, live.Snapshot)
+}
+
+// TestFreshTargetSnapshotAndSweep: without a cursor, every object is a snapshot change that
+// did not wait (not Resumed), and the sweep keeps exactly the listed objects.
+func TestFreshTargetSnapshotAndSweep(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("a", "1", map[string]any{"a": "1"}), configMap("b", "2", map[string]any{"b": "1"}))
+	changes := make(chan Change, 16)
+	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }, Cursors: &fakeCursors{}})
+	require.NoError(t, err)
+	m, err := reg.AddCluster("local", client, fakeDiscovery())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg.Start(ctx)
+	defer reg.Stop()
+	m.Set("demo/rule", []StreamSpec{{Target: types.NamespacedName{Namespace: "demo", Name: "t"}, GVR: configMaps, Namespace: "demo"}})
+
+	got, sweep := collectUntilSweep(t, changes)
+	require.Len(t, got, 2)
+	for _, c := range got {
+		require.True(t, c.Snapshot)
+		require.False(t, c.Resumed)
+	}
+	require.Equal(t, map[string]bool{"demo/a": true, "demo/b": true}, sweep.Keep)
+}
+
+// TestCursorStoreRoundTrip: against a real Redis, a cursor advanced by pushed changes reads
+// back what the folder holds; a record of another version is ignored; sweeps are skipped.
+func TestCursorStoreRoundTrip(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := context.Background()
+	s := NewCursorStore(rdb, keyspace.MustParse("test"))
+	target := types.NamespacedName{Namespace: "team-a", Name: "web"}
+	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+
+	c, err := s.Load(ctx, id)
+	require.NoError(t, err)
+	require.False(t, c.Known)
+	require.NoError(t, s.MarkKnown(ctx, id))
+	c, err = s.Load(ctx, id)
+	require.NoError(t, err)
+	require.True(t, c.Known)
+	require.Empty(t, c.Objects)
+
+	change := func(op Op, name, uid, rv string) Change {
+		return Change{Cluster: "local", Target: target, GVR: configMaps, Scope: "demo", Namespace: "demo", Name: name, UID: uid, ResourceVersion: rv, Op: op}
+	}
+	require.NoError(t, s.Advance(ctx, []Change{
+		change(OpCreate, "a", "u-a", "1"),
+		change(OpCreate, "b", "u-b", "2"),
+		change(OpUpdate, "a", "u-a", "3"),
+		change(OpDelete, "b", "u-b", "2"),
+		{Op: OpSweep, Keep: map[string]bool{}},
+	}))
+	require.NoError(t, rdb.HSet(ctx, s.key(id), "demo/future", `{"v":99,"uid":"x","rv":"1"}`).Err())
+	c, err = s.Load(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, map[string]CursorEntry{"demo/a": {UID: "u-a", ResourceVersion: "3"}}, c.Objects)
+	require.Equal(t, "test:cursor:local:team-a/web:configmaps/v1:demo", s.key(id))
+
+	// Another stream's cursor is separate; all namespaces is scope "*".
+	all, err := s.Load(ctx, StreamID{Cluster: "local", Target: target, GVR: configMaps})
+	require.NoError(t, err)
+	require.False(t, all.Known)
+}
