@@ -215,6 +215,10 @@ func (d rawDiscovery) ServerPreferredResources() ([]*metav1.APIResourceList, err
 
 // ServerGroupsAndResources serves the lists as given; the first list of a group is its
 // preferred version.
+func (d rawDiscovery) ServerGroupsAndResourcesWithContext(context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	return d.ServerGroupsAndResources()
+}
+
 func (d rawDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
 	fd := kubefake.NewClientset().Discovery().(*fakediscovery.FakeDiscovery)
 	fd.Resources = d.lists

@@ -34,6 +34,9 @@ type catalogState struct {
 	mu      sync.Mutex
 	catalog *Catalog
 	err     error // of the last refresh
+	// ctx bounds a read of discovery made outside the refresh loop (Cluster.Catalog): it ends
+	// when the cluster stops.
+	ctx context.Context
 
 	// kick asks the refresh loop for a refresh (capacity 1: requests coalesce).
 	kick chan struct{}
@@ -50,7 +53,7 @@ func (c *Cluster) Catalog() (*Catalog, error) {
 	c.cat.mu.Lock()
 	defer c.cat.mu.Unlock()
 	if c.cat.catalog == nil {
-		c.refreshLocked()
+		c.refreshLocked(c.cat.ctx)
 	}
 	if c.cat.catalog != nil {
 		return c.cat.catalog, nil // a failed refresh keeps the last catalog
@@ -78,11 +81,11 @@ func (c *Cluster) RequestRefresh() {
 
 // refreshLocked re-reads discovery; it reports whether a catalog read before changed (the first
 // read changes nothing anyone resolved against). A failed read keeps the last catalog.
-func (c *Cluster) refreshLocked() bool {
+func (c *Cluster) refreshLocked(ctx context.Context) bool {
 	if cd, ok := c.discovery.(discovery.CachedDiscoveryInterface); ok {
 		cd.Invalidate()
 	}
-	cat, err := NewCatalog(c.discovery)
+	cat, err := NewCatalog(ctx, c.discovery)
 	c.cat.err = err
 	if err != nil {
 		c.log.Warn("discovery refresh failed; keeping the last catalog", "err", err)
@@ -113,7 +116,7 @@ func (c *Cluster) runDiscovery(ctx context.Context, every time.Duration, notify 
 	settleStep := len(settleDelays)
 	refresh := func(kicked bool) {
 		c.cat.mu.Lock()
-		changed := c.refreshLocked()
+		changed := c.refreshLocked(ctx)
 		cat := c.cat.catalog
 		c.cat.mu.Unlock()
 		c.syncTriggers(ctx, cat)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,4 +199,40 @@ func TestDiscoverySettlesAfterATrigger(t *testing.T) {
 		return testutil.ToFloat64(f.metrics.refreshes.WithLabelValues("local", refreshUnchanged)) == float64(want-1)
 	}, 10*time.Second, time.Millisecond)
 	require.Equal(t, want, f.disc.readCount(), "no refresh after the settling ones")
+}
+
+// blockingDiscovery answers no discovery read until the read's context ends.
+type blockingDiscovery struct {
+	*lockedDiscovery
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingDiscovery) ServerGroupsAndResourcesWithContext(ctx context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	b.once.Do(func() { close(b.entered) })
+	<-ctx.Done()
+	return nil, nil, ctx.Err()
+}
+
+// TestStopEndsADiscoveryRead: stopping the registry ends a discovery read that hangs, so a
+// shutdown is not held up by an unresponsive apiserver.
+func TestStopEndsADiscoveryRead(t *testing.T) {
+	dc := &blockingDiscovery{lockedDiscovery: newLockedDiscovery(coreList()), entered: make(chan struct{})}
+	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(Change) {}, DiscoveryRefresh: time.Hour})
+	require.NoError(t, err)
+	_, err = reg.AddCluster("local", dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), dc)
+	require.NoError(t, err)
+	reg.Start(context.Background())
+	select {
+	case <-dc.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refresh loop did not read discovery")
+	}
+	stopped := make(chan struct{})
+	go func() { reg.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for a hanging discovery read")
+	}
 }

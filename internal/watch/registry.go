@@ -141,6 +141,7 @@ func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discover
 		owners:    map[string][]StreamSpec{},
 		informers: map[informerKey]*sharedInformer{},
 		cat: catalogState{
+			ctx:      context.Background(),
 			kick:     make(chan struct{}, 1),
 			triggers: map[schema.GroupVersionResource]context.CancelFunc{},
 			watchOff: map[schema.GroupVersionResource]bool{},
@@ -213,6 +214,9 @@ func (c *Cluster) start(ctx context.Context) {
 	if c.stopDiscovery == nil && !c.stopped {
 		dctx, cancel := context.WithCancel(ctx)
 		c.stopDiscovery = cancel
+		c.cat.mu.Lock()
+		c.cat.ctx = dctx
+		c.cat.mu.Unlock()
 		go c.runDiscovery(dctx, c.opts.DiscoveryRefresh, c.notify)
 	}
 	c.reconcileLocked()

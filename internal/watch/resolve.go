@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -100,10 +101,25 @@ type catalogGroup struct {
 	resources map[string][]metav1.APIResource
 }
 
-// NewCatalog reads dc's groups and resources. A group whose discovery failed (an aggregated API
-// that is down) is left out; the others are kept.
-func NewCatalog(dc discovery.DiscoveryInterface) (*Catalog, error) {
-	groups, lists, err := dc.ServerGroupsAndResources()
+// discoveryWithContext is the part of discovery.DiscoveryInterfaceWithContext NewCatalog uses:
+// a read that ends with its context.
+type discoveryWithContext interface {
+	ServerGroupsAndResourcesWithContext(ctx context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error)
+}
+
+// NewCatalog reads dc's groups and resources, within ctx when dc supports it. A group whose
+// discovery failed (an aggregated API that is down) is left out; the others are kept.
+func NewCatalog(ctx context.Context, dc discovery.DiscoveryInterface) (*Catalog, error) {
+	var (
+		groups []*metav1.APIGroup
+		lists  []*metav1.APIResourceList
+		err    error
+	)
+	if dcc, ok := dc.(discoveryWithContext); ok {
+		groups, lists, err = dcc.ServerGroupsAndResourcesWithContext(ctx)
+	} else {
+		groups, lists, err = dc.ServerGroupsAndResources()
+	}
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
 		return nil, fmt.Errorf("discovering the cluster's resources: %w", err)
 	}
@@ -179,7 +195,7 @@ func listWatchable(r metav1.APIResource) bool {
 
 // Resolve maps selectors to the resources dc serves with list and watch; see Catalog.Resolve.
 func Resolve(dc discovery.DiscoveryInterface, selectors []Selector, namespacedOnly bool) (Resolution, error) {
-	c, err := NewCatalog(dc)
+	c, err := NewCatalog(context.Background(), dc)
 	if err != nil {
 		return Resolution{}, err
 	}

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"context"
 	"sync"
 	"testing"
 
@@ -30,6 +31,10 @@ func newLockedDiscovery(lists ...*metav1.APIResourceList) *lockedDiscovery {
 	fd := kubefake.NewClientset().Discovery().(*fakediscovery.FakeDiscovery)
 	fd.Resources = lists
 	return &lockedDiscovery{FakeDiscovery: fd}
+}
+
+func (d *lockedDiscovery) ServerGroupsAndResourcesWithContext(context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	return d.ServerGroupsAndResources()
 }
 
 func (d *lockedDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
