@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 func newClusterRule(name string, mutate func(*v1alpha1.ClusterWatchRule), rules ...v1alpha1.ResourceRule) *v1alpha1.ClusterWatchRule {
@@ -227,4 +229,31 @@ func TestClusterRuleTargetAndSpec(t *testing.T) {
 	})
 	require.Contains(t, conditionOf(f.clusterRule("elsewhere").Status.Conditions, v1alpha1.ConditionReady).Message, `GitTarget "web" not found in namespace "other"`)
 	require.Contains(t, conditionOf(f.clusterRule("badsel").Status.Conditions, v1alpha1.ConditionReady).Message, "namespaceSelector")
+}
+
+// Every unresolved entry is named by its index, its resource and groups, and says what to do.
+func TestDescribeUnresolved(t *testing.T) {
+	rules := []v1alpha1.ResourceRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets", "bindings"}},
+		{APIGroups: []string{"batch", "example.com"}, APIVersions: []string{"v2"}, Resources: []string{"*"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}},
+		{APIGroups: []string{"example.com"}, Resources: []string{"widgets"}},
+	}
+	got := describeUnresolved(rules, []watch.Unresolved{
+		{Selector: 0, Resource: "secrets", Reason: watch.UnresolvedSecret},
+		{Selector: 0, Resource: "bindings", Reason: watch.UnresolvedNotListable},
+		{Selector: 1, Resource: "*", Reason: watch.UnresolvedVersionNotServed},
+		{Selector: 2, Resource: "clusterroles", Reason: watch.UnresolvedClusterScoped},
+		{Selector: 3, Resource: "widgets", Reason: watch.UnresolvedNotServed},
+	})
+	for _, want := range []string{
+		`rules[0] "secrets" in apiGroups [""]: Secrets are never mirrored, their data would reach Git unencrypted (SecretsRefused)`,
+		`rules[0] "bindings" in apiGroups [""]: served without the list and watch verbs, so it cannot be mirrored (NotListable)`,
+		`rules[1] "*" in apiGroups ["batch", "example.com"]: served, but in none of apiVersions [v2] (VersionNotServed)`,
+		`rules[2] "clusterroles" in apiGroups ["rbac.authorization.k8s.io"]: cluster-scoped, and a WatchRule mirrors only its own namespace: use a ClusterWatchRule (ClusterScoped)`,
+		`rules[3] "widgets" in apiGroups ["example.com"]: not served by the cluster (yet)`,
+	} {
+		require.Contains(t, got, want)
+	}
+	require.Equal(t, 4, strings.Count(got, "; "), "entries are separated by semicolons")
 }

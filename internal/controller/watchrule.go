@@ -125,8 +125,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 
 	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
 	if err != nil {
-		out := stop(v1alpha1.ReasonWatchFailed, err.Error(), notReadyRecheck)
-		return out
+		return stop(v1alpha1.ReasonWatchFailed, err.Error(), notReadyRecheck)
 	}
 	unresolved := describeUnresolved(req.rules, res.Unresolved)
 	if len(res.Resources) == 0 {
@@ -210,12 +209,10 @@ func describeUnresolved(rules []v1alpha1.ResourceRule, unresolved []watch.Unreso
 		default:
 			why = string(u.Reason)
 		}
-		parts = append(parts, fmt.Sprintf("rules[%d] %s in apiGroups %s: %s (%s)", u.Selector, quoteResource(u.Resource), formatGroups(rules[u.Selector].APIGroups), why, u.Reason))
+		parts = append(parts, fmt.Sprintf("rules[%d] %q in apiGroups %s: %s (%s)", u.Selector, u.Resource, formatGroups(rules[u.Selector].APIGroups), why, u.Reason))
 	}
 	return strings.Join(parts, "; ")
 }
-
-func quoteResource(r string) string { return fmt.Sprintf("%q", r) }
 
 func formatGroups(groups []string) string {
 	quoted := make([]string, len(groups))
