@@ -39,6 +39,9 @@ var (
 
 	// WatchRulesResource is the resource of WatchRule objects.
 	WatchRulesResource = SchemeGroupVersion.WithResource("watchrules")
+
+	// ClusterWatchRulesResource is the resource of ClusterWatchRule objects.
+	ClusterWatchRulesResource = SchemeGroupVersion.WithResource("clusterwatchrules")
 )
 
 // Kind returns the group-qualified kind of an unqualified kind of this package.
@@ -56,6 +59,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&GitProvider{}, &GitProviderList{},
 		&GitTarget{}, &GitTargetList{},
 		&WatchRule{}, &WatchRuleList{},
+		&ClusterWatchRule{}, &ClusterWatchRuleList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -61,6 +61,7 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.StringVar(&opts.AuditClientCAFile, "audit-client-ca-file", "", "PEM CA bundle verifying apiserver client certificates")
 	fs.StringVar(&opts.AuditTokenFile, "audit-token-file", "", "file of accepted bearer tokens, one per line")
 	fs.Int64Var(&opts.AuditMaxBodyBytes, "audit-max-body-bytes", opts.AuditMaxBodyBytes, "largest audit batch accepted; larger ones are answered 413")
+	fs.DurationVar(&opts.DiscoveryRefresh, "discovery-refresh-interval", opts.DiscoveryRefresh, "how often each source cluster's API discovery is re-read when no CRD or APIService change triggered it sooner")
 	fs.DurationVar(&opts.AttributionGrace, "attribution-grace", opts.AttributionGrace, "how long a change waits for the audit fact naming its author")
 	fs.DurationVar(&opts.FactTTL, "fact-ttl", opts.FactTTL, "how long attribution facts are kept in Redis")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "bound of the graceful shutdown")

@@ -120,11 +120,12 @@ func New(opts Options) (_ *App, err error) {
 	cursors := watch.NewCursorStore(a.rdb, prefix)
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors})
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
-		Render:  declared.Manifest,
-		Emit:    func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
-		Logger:  a.log.With("component", "watch"),
-		Metrics: watch.NewMetrics(opts.Registry),
-		Cursors: cursors,
+		Render:           declared.Manifest,
+		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
+		Logger:           a.log.With("component", "watch"),
+		Metrics:          watch.NewMetrics(opts.Registry),
+		Cursors:          cursors,
+		DiscoveryRefresh: opts.DiscoveryRefresh,
 	})
 	if err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		return err
 	}
 	defer c.enqueueReferencing(kindRule, name.Namespace, "targetRef", name.Name)
+	defer c.enqueueClusterRulesFor(name)
 	if !exists {
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)

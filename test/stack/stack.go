@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,6 +46,9 @@ type Options struct {
 	Grace time.Duration
 	// Logf receives progress messages; optional.
 	Logf func(format string, args ...any)
+	// KubescribeConfig, when set, turns the rest config kubescribe would use into the one it
+	// uses: a test may put something between kubescribe and the apiserver.
+	KubescribeConfig func(*rest.Config) (*rest.Config, error)
 }
 
 // Stack is a running control plane with kubescribe installed and running.
@@ -55,11 +59,13 @@ type Stack struct {
 	// LogPath is kubescribe's own log.
 	LogPath string
 
-	grace   time.Duration
-	app     *app.App
-	logFile *os.File
-	cancel  context.CancelFunc
-	done    chan error
+	grace time.Duration
+	// kubescribeConfig is Options.KubescribeConfig.
+	kubescribeConfig func(*rest.Config) (*rest.Config, error)
+	app              *app.App
+	logFile          *os.File
+	cancel           context.CancelFunc
+	done             chan error
 	// proc is kubescribe when it runs as a process (StartKubescribeProcess).
 	proc *exec.Cmd
 }
@@ -74,7 +80,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{ControlPlane: cp}
+	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -103,6 +109,11 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	}
 	o := app.DefaultOptions()
 	o.RestConfig = cp.UserConfig("kubescribe")
+	if s.kubescribeConfig != nil {
+		if o.RestConfig, err = s.kubescribeConfig(o.RestConfig); err != nil {
+			return err
+		}
+	}
 	o.RedisAddr = cp.RedisAddr
 	o.AuditListenAddress = cp.Audit.ListenAddr
 	o.OpsListenAddress = "127.0.0.1:0"
@@ -295,7 +306,7 @@ func (s *Stack) install(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		list, err := dc.ServerResourcesForGroupVersion("kubescribe.dev/v1alpha1")
-		if err == nil && len(list.APIResources) >= 3 {
+		if err == nil && servedKinds(list) >= len(crds) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -307,6 +318,17 @@ func (s *Stack) install(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// servedKinds counts the resources of list that are not subresources.
+func servedKinds(list *metav1.APIResourceList) int {
+	n := 0
+	for _, r := range list.APIResources {
+		if !strings.Contains(r.Name, "/") {
+			n++
+		}
+	}
+	return n
 }
 
 // Apply creates (or, when they exist, updates) every object of a multi-document YAML or JSON
