@@ -81,7 +81,7 @@ func TestExcludeFieldManagers(t *testing.T) {
 	require.NoError(t, err)
 	got := nextChange(t, changes)
 	require.Equal(t, "3", got.ResourceVersion, "the excluded write is skipped, the next one is not")
-	require.Equal(t, 1.0, testutil.ToFloat64(metrics.excludes.WithLabelValues("local", "configmaps", "field_manager")))
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.excludes.WithLabelValues("demo", "t", "", "configmaps", "field_manager")))
 
 	byArgoAgain := configMap("cfg", "4", map[string]any{"a": "4"})
 	byArgoAgain.SetManagedFields([]metav1.ManagedFieldsEntry{entry("argocd-controller", 12, "")})

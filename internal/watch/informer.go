@@ -242,7 +242,8 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 		op = OpUpdate // the folder holds an older version
 	}
 	if sub.cursor.Known && s.excludedLocked(sub, u) {
-		return // a write made while nothing watched, by an excluded field manager
+		delete(sub.seen, u.GetUID()) // the folder does not hold this form
+		return                       // a write made while nothing watched, by an excluded field manager
 	}
 	c := s.change(sub, u, op)
 	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
@@ -255,7 +256,7 @@ func (s *sharedInformer) excludedLocked(sub *subscription, u *unstructured.Unstr
 	if len(sub.excludeFieldManagers) == 0 || !newestManagersExcluded(u, sub.excludeFieldManagers) {
 		return false
 	}
-	s.metrics.excluded(s.cluster, s.key.gvr, "field_manager")
+	s.metrics.Excluded(sub.target, s.key.gvr, ReasonFieldManager)
 	return true
 }
 
@@ -360,11 +361,16 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 			continue
 		}
 		prev, known := sub.seen[u.GetUID()]
-		sub.seen[u.GetUID()] = sum
 		if known && prev == sum {
 			continue // only server-side or status fields changed: nothing declared changed
 		}
-		if !sub.allows(op) || s.excludedLocked(sub, u) {
+		if s.excludedLocked(sub, u) {
+			// Not mirrored, and not seeding the dedup state either: the folder does not hold
+			// this form, so the next write that produces it must be mirrored.
+			continue
+		}
+		sub.seen[u.GetUID()] = sum
+		if !sub.allows(op) {
 			continue
 		}
 		c := s.change(sub, u, op)
