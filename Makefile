@@ -63,5 +63,12 @@ demo: deps kube-apiserver
 bench:
 	hack/bench.sh
 
+## load-snapshot: issue 5's measurement (e): a 10,000-ConfigMap snapshot and 10,000 further commits
+## against the real control plane, with kubescribe's RSS (test/snapshotload; not part of make test).
+## Flags through LOAD_SNAPSHOT_FLAGS, e.g. LOAD_SNAPSHOT_FLAGS="-pprof -gctrace".
+.PHONY: load-snapshot
+load-snapshot: deps kube-apiserver
+	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/snapshotload $(LOAD_SNAPSHOT_FLAGS)
+
 clean:
 	rm -rf $(BIN)
