@@ -55,7 +55,6 @@ func (s *subscription) allows(op Op) bool { return len(s.ops) == 0 || slices.Con
 type sharedInformer struct {
 	cluster string
 	key     informerKey
-	render  Render
 	emit    func(Change)
 	metrics *Metrics
 	log     *slog.Logger
@@ -77,7 +76,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	s := &sharedInformer{
 		cluster: cluster,
 		key:     key,
-		render:  opts.Render,
+
 		emit:    opts.Emit,
 		metrics: opts.Metrics,
 		cursors: opts.Cursors,
@@ -88,6 +87,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, key.gvr, key.namespace, 0, cache.Indexers{}, nil).Informer()
+	_ = s.informer.SetTransform(compactTransform(opts.Render))
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		s.setErr(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -209,7 +209,7 @@ func (s *sharedInformer) primeLocked(sub *subscription) {
 		if !ok {
 			continue
 		}
-		manifest, err := s.render(u)
+		manifest, err := manifestOf(u)
 		if err != nil {
 			s.log.Error("cannot render the declared form; object skipped", "name", u.GetName(), "err", err)
 			continue
@@ -347,7 +347,7 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 		return
 	}
 	s.metrics.observed(s.cluster, s.key.gvr, op)
-	manifest, err := s.render(u)
+	manifest, err := manifestOf(u)
 	if err != nil {
 		s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
 		return
