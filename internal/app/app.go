@@ -127,7 +127,7 @@ func New(opts Options) (_ *App, err error) {
 		Render:           declared.Manifest,
 		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
 		Logger:           a.log.With("component", "watch"),
-		Metrics:          watch.NewMetrics(opts.Registry),
+		Metrics:          watchMetrics,
 		Cursors:          cursors,
 		DiscoveryRefresh: opts.DiscoveryRefresh,
 	})
