@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +60,22 @@ func seedRemote(t testing.TB, url, file, content string) {
 	runGit(t, dir, "add", file)
 	runGit(t, dir, "-c", "user.name=seed", "-c", "user.email=seed@example.com", "commit", "-q", "-m", "seed")
 	runGit(t, dir, "push", "-q", url, "main")
+}
+
+// A store that gained many bytes is compacted even when it gained few objects: one commit into
+// a large directory writes a large tree.
+func TestWorkingStoreIsCompactedByBytes(t *testing.T) {
+	_, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 1 << 30 // never by count
+	tw.compactBytes = 1       // after every push
+	tw.start(t)
+	for i := range 3 {
+		user := []string{"alice", "bob"}[i%2]
+		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", "cfg", fmt.Sprint(i))))
+		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
+	}
+	waitFor(t, "store compacted", func() bool { return strings.Contains(tw.logs.String(), "working store compacted") })
 }

@@ -209,19 +209,21 @@ func (w *Worker) pushPlans(ctx context.Context, n int) error {
 func (w *Worker) setStore(s *memory.Storage) {
 	w.store = s
 	w.compactAt = len(s.Objects) + w.compactEvery
+	w.storeGrowth = 0
 }
 
 // compactIfDue replaces the working store by one holding only what the next commits need, once
 // enough objects accumulated and nothing is unpushed.
 func (w *Worker) compactIfDue() {
 	if len(w.plans) > 0 || w.stale || w.store == nil || w.localTip != w.remoteTip ||
-		len(w.store.Objects) < w.compactAt {
+		(len(w.store.Objects) < w.compactAt && w.storeGrowth < w.compactBytes) {
 		return
 	}
 	s, err := compactStore(w.store, w.localTip)
 	if err != nil {
 		w.log.Error("compacting the working store failed; keeping it", "err", err)
 		w.compactAt = len(w.store.Objects) + w.compactEvery
+		w.storeGrowth = 0
 		return
 	}
 	w.log.Debug("working store compacted", "objects_before", len(w.store.Objects), "objects_after", len(s.Objects))

@@ -69,6 +69,9 @@ const (
 	// compactSlack is how many objects the working store may gain before it is compacted back
 	// to the tip's trees, once nothing is unpushed.
 	compactSlack = 4096
+	// compactBytes is how many bytes of objects the working store may gain before it is
+	// compacted back, whatever their number.
+	compactBytes = 32 << 20
 	// defaultOpTimeout bounds one clone, fetch or push.
 	defaultOpTimeout = 2 * time.Minute
 	// defaultFinalTimeout bounds the last push attempt when Run's context ends.
@@ -144,7 +147,12 @@ type Worker struct {
 	// commits, and what fetches added since the last compaction. nil until the first clone.
 	store     *memory.Storage
 	compactAt int // compact the store once it holds this many objects and nothing is unpushed
-	trees     *treeCache
+	// storeGrowth is the bytes of the objects commits wrote since the store was last replaced;
+	// past compactBytes the store is compacted too (one commit into a large directory writes a
+	// large tree).
+	storeGrowth  int64
+	compactBytes int64 // compactBytes; test seam
+	trees        *treeCache
 	// Values this worker last added to the shared gauges.
 	gaugePlans, gaugeObjects int
 	remoteTip                plumbing.Hash // remote branch as last seen; parent of the first unpushed commit
@@ -176,6 +184,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		opTimeout:    defaultOpTimeout,
 		finalTimeout: defaultFinalTimeout,
 		compactEvery: compactSlack,
+		compactBytes: compactBytes,
 		trees:        newTreeCache(),
 		wake:         make(chan struct{}, 1),
 	}
@@ -428,6 +437,11 @@ func (w *Worker) closeWindow() {
 
 func (w *Worker) committed(p *plan, sha plumbing.Hash) {
 	p.sha = sha
+	for _, o := range p.objects {
+		if obj, err := w.store.EncodedObject(plumbing.AnyObject, o.hash); err == nil {
+			w.storeGrowth += obj.Size()
+		}
+	}
 	if !p.counted {
 		p.counted = true
 		w.opts.Metrics.commitCreated()
