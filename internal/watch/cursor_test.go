@@ -77,15 +77,8 @@ func TestResumeFromCursor(t *testing.T) {
 		"demo/changed": {UID: "uid-changed", ResourceVersion: "2"},
 		"demo/gone":    {UID: "uid-gone", ResourceVersion: "3"},
 	}}}}
-	changes := make(chan Change, 16)
-	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }, Cursors: cursors})
-	require.NoError(t, err)
-	m, err := reg.AddCluster("local", client, fakeDiscovery())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reg.Start(ctx)
-	defer reg.Stop()
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
+	ctx := context.Background()
 	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 
 	got, sweep := collectUntilSweep(t, changes)

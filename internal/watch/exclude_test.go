@@ -53,16 +53,9 @@ func TestExcludeFieldManagers(t *testing.T) {
 	existing := configMap("cfg", "1", map[string]any{"a": "1"})
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, existing)
-	changes := make(chan Change, 16)
 	metrics := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }, Metrics: metrics})
-	require.NoError(t, err)
-	m, err := r.AddCluster("local", client, fakeDiscovery())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r.Start(ctx)
-	defer r.Stop()
+	m, changes := startCluster(t, client, RegistryOptions{Metrics: metrics})
+	ctx := context.Background()
 	target := types.NamespacedName{Namespace: "demo", Name: "t"}
 	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo",
 		ExcludeFieldManagers: []string{"argocd-controller"}, ExcludeUsers: []string{"system:serviceaccount:argocd:app"}}})
@@ -73,7 +66,7 @@ func TestExcludeFieldManagers(t *testing.T) {
 	cms := client.Resource(configMaps).Namespace("demo")
 	byArgo := configMap("cfg", "2", map[string]any{"a": "2"})
 	byArgo.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 1, ""), entry("argocd-controller", 5, "")})
-	_, err = cms.Update(ctx, byArgo, metav1.UpdateOptions{})
+	_, err := cms.Update(ctx, byArgo, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	byHuman := configMap("cfg", "3", map[string]any{"a": "3"})
 	byHuman.SetManagedFields([]metav1.ManagedFieldsEntry{entry("argocd-controller", 5, ""), entry("kubectl", 9, "")})

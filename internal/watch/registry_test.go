@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 )
@@ -102,15 +103,8 @@ func TestTargetsShareOneInformer(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("existing", "1", map[string]any{"a": "1"}))
-	changes := make(chan Change, 16)
-	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }})
-	require.NoError(t, err)
-	m, err := reg.AddCluster("local", client, fakeDiscovery())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reg.Start(ctx)
-	defer reg.Stop()
+	m, changes := startCluster(t, client, RegistryOptions{})
+	ctx := context.Background()
 	next := func() Change { t.Helper(); return nextChange(t, changes) }
 
 	first := types.NamespacedName{Namespace: "demo", Name: "first"}
@@ -132,7 +126,7 @@ func TestTargetsShareOneInformer(t *testing.T) {
 	require.Len(t, m.informers, 1, "one informer serves both targets")
 	m.mu.Unlock()
 
-	_, err = client.Resource(configMaps).Namespace("demo").Create(ctx, configMap("new", "2", map[string]any{"b": "2"}), metav1.CreateOptions{})
+	_, err := client.Resource(configMaps).Namespace("demo").Create(ctx, configMap("new", "2", map[string]any{"b": "2"}), metav1.CreateOptions{})
 	require.NoError(t, err)
 	got := map[types.NamespacedName]Change{}
 	for range 2 {
@@ -185,4 +179,21 @@ func nextChange(t *testing.T, changes <-chan Change) Change {
 			return Change{}
 		}
 	}
+}
+
+// startCluster runs a registry with one cluster, "local", over client; the changes it emits
+// arrive on the returned channel. opts' Render and Emit are filled in; the registry stops at
+// cleanup.
+func startCluster(t *testing.T, client dynamic.Interface, opts RegistryOptions) (*Cluster, chan Change) {
+	t.Helper()
+	changes := make(chan Change, 64)
+	opts.Render, opts.Emit = renderData, func(c Change) { changes <- c }
+	reg, err := NewRegistry(opts)
+	require.NoError(t, err)
+	m, err := reg.AddCluster("local", client, fakeDiscovery())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	reg.Start(ctx)
+	t.Cleanup(func() { reg.Stop(); cancel() })
+	return m, changes
 }
