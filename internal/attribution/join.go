@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kubescribe/kubescribe/internal/audit"
@@ -52,6 +53,13 @@ type Joiner struct {
 	waiters map[string]map[chan struct{}]struct{} // "<route>/<uid>" -> wake-up channels
 	tails   map[string]chan struct{}              // object path -> closed once its newest change is emitted
 	wg      sync.WaitGroup
+
+	// listed queues listed changes for the goroutine resolving them (listing tells it runs).
+	listMu  sync.Mutex
+	listed  []joinItem
+	listing bool
+	// listOutageUntil (Unix ns): listed changes are not looked up before it, after a failure.
+	listOutageUntil atomic.Int64
 }
 
 // NewJoiner returns a Joiner. Run must be running for announcements to wake waiting changes.
@@ -116,36 +124,86 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 	}
 
 	j.wg.Add(1)
-	go func() {
-		defer j.wg.Done()
-		author := j.resolve(key, c)
-		if prev != nil {
-			<-prev
+	item := joinItem{key: key, seq: seq, c: c, prev: prev, done: done, emit: emit}
+	if c.Snapshot && !c.Resumed && prev == nil {
+		// A listed change is looked up once, without waiting. A list hands over thousands at
+		// once: they are resolved one after another by one goroutine rather than by a goroutine
+		// each, whose stacks alone would take a hundred megabytes for 10,000 objects.
+		j.listMu.Lock()
+		j.listed = append(j.listed, item)
+		start := !j.listing
+		j.listing = true
+		j.listMu.Unlock()
+		if start {
+			go j.resolveListed()
 		}
-		if author.Resolved {
-			// A change found by a list that a fact explains is that user's change like any
-			// other; only what no fact explains stays the committer's snapshot.
-			c.Snapshot = false
+		return
+	}
+	go j.deliver(item)
+}
+
+// listOutagePause is how long listed changes are not looked up after a lookup failed.
+const listOutagePause = 5 * time.Second
+
+// joinItem is one change on its way through the join.
+type joinItem struct {
+	key, seq string
+	c        watch.Change
+	prev     chan struct{} // closed once the previous change of the object path is emitted
+	done     chan struct{} // closed once this one is
+	emit     func(AttributedChange)
+}
+
+// resolveListed resolves queued listed changes until none is left.
+func (j *Joiner) resolveListed() {
+	for {
+		j.listMu.Lock()
+		batch := j.listed
+		j.listed = nil
+		if len(batch) == 0 {
+			j.listing = false
+			j.listMu.Unlock()
+			return
 		}
-		if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
-			// The rule does not mirror this user's writes; an unresolved author is never
-			// excluded.
-			if j.excluded != nil {
-				j.excluded(c)
-			}
-		} else {
-			emit(AttributedChange{Change: c, Author: author})
+		j.listMu.Unlock()
+		for _, it := range batch {
+			j.deliver(it)
 		}
-		close(done)
-		j.mu.Lock()
-		if j.tails[seq] == done {
-			delete(j.tails, seq)
+	}
+}
+
+// deliver resolves a change's author, waits for the previous change of its object path and
+// emits it.
+func (j *Joiner) deliver(it joinItem) {
+	defer j.wg.Done()
+	c := it.c
+	author := j.resolve(it.key, c)
+	if it.prev != nil {
+		<-it.prev
+	}
+	if author.Resolved {
+		// A change found by a list that a fact explains is that user's change like any
+		// other; only what no fact explains stays the committer's snapshot.
+		c.Snapshot = false
+	}
+	if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
+		// The rule does not mirror this user's writes; an unresolved author is never
+		// excluded.
+		if j.excluded != nil {
+			j.excluded(c)
 		}
-		j.mu.Unlock()
-		if j.metrics != nil {
-			j.metrics.pending.Dec()
-		}
-	}()
+	} else {
+		it.emit(AttributedChange{Change: c, Author: author})
+	}
+	close(it.done)
+	j.mu.Lock()
+	if j.tails[it.seq] == it.done {
+		delete(j.tails, it.seq)
+	}
+	j.mu.Unlock()
+	if j.metrics != nil {
+		j.metrics.pending.Dec()
+	}
 }
 
 // Wait blocks until every change passed to Join has been emitted or ctx ends. Joins end by
@@ -167,9 +225,18 @@ func (j *Joiner) Wait(ctx context.Context) error {
 // the writer credits it to the committer.
 func (j *Joiner) resolve(key string, c watch.Change) Author {
 	if c.Snapshot && !c.Resumed {
-		if f := j.lookup(c); f != nil {
-			j.metrics.observe("resolved", 0)
-			return authorFrom(f)
+		// Listed changes are looked up one after another; while Redis fails, they are not
+		// looked up at all for a while, so that a list of thousands does not wait out a
+		// timeout each.
+		if time.Now().UnixNano() >= j.listOutageUntil.Load() {
+			f, err := j.lookupErr(c)
+			if f != nil {
+				j.metrics.observe("resolved", 0)
+				return authorFrom(f)
+			}
+			if err != nil {
+				j.listOutageUntil.Store(time.Now().Add(listOutagePause).UnixNano())
+			}
 		}
 		j.metrics.observe("snapshot", 0)
 		return Author{}
@@ -209,6 +276,12 @@ func (j *Joiner) resolve(key string, c watch.Change) Author {
 }
 
 func (j *Joiner) lookup(c watch.Change) *audit.Fact {
+	f, _ := j.lookupErr(c)
+	return f
+}
+
+// lookupErr looks c's fact up; a failed lookup is logged and counted.
+func (j *Joiner) lookupErr(c watch.Change) (*audit.Fact, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	f, err := j.facts.Lookup(ctx, c.Cluster, c.UID, c.ResourceVersion, c.Op == watch.OpDelete)
@@ -217,9 +290,9 @@ func (j *Joiner) lookup(c watch.Change) *audit.Fact {
 		if j.metrics != nil {
 			j.metrics.lookupErrors.Inc()
 		}
-		return nil
+		return nil, err
 	}
-	return f
+	return f, nil
 }
 
 func (j *Joiner) register(key string, w chan struct{}) {

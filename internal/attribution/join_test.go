@@ -2,6 +2,8 @@ package attribution
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -258,3 +260,42 @@ func TestJoinExcludesUsers(t *testing.T) {
 
 // unresolvedName is listed as excluded in the test: an unresolved change must still pass.
 const unresolvedName = UnresolvedUsername
+
+// failingFacts fails every lookup and counts them.
+type failingFacts struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *failingFacts) Lookup(context.Context, string, string, string, bool) (*audit.Fact, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return nil, errors.New("redis: connection refused")
+}
+
+func (f *failingFacts) Announcements(ctx context.Context) <-chan string {
+	out := make(chan string)
+	go func() { <-ctx.Done(); close(out) }()
+	return out
+}
+
+// TestJoinListedChangesDuringAnOutage: listed changes are resolved one after another; when a
+// lookup fails, the rest of the list is not looked up (each would wait out a timeout), and all
+// of them still pass as the committer's snapshot.
+func TestJoinListedChangesDuringAnOutage(t *testing.T) {
+	facts := &failingFacts{}
+	j, err := NewJoiner(JoinerOptions{Facts: facts, Grace: time.Hour})
+	require.NoError(t, err)
+	out := make(chan AttributedChange, 100)
+	for i := range 100 {
+		c := change(fmt.Sprintf("u%d", i), "1", watch.OpCreate)
+		c.Snapshot = true
+		j.Join(c, func(ac AttributedChange) { out <- ac })
+	}
+	require.NoError(t, j.Wait(context.Background()))
+	require.Len(t, out, 100)
+	facts.mu.Lock()
+	defer facts.mu.Unlock()
+	require.Equal(t, 1, facts.calls, "after a failed lookup the rest of the list is not looked up")
+}
