@@ -45,6 +45,7 @@ func TestCRDsShape(t *testing.T) {
 		{"gitproviders", "GitProvider"},
 		{"gittargets", "GitTarget"},
 		{"watchrules", "WatchRule"},
+		{"commitrequests", "CommitRequest"},
 	} {
 		t.Run(tc.plural, func(t *testing.T) {
 			crd := loadCRD(t, tc.plural)

@@ -56,6 +56,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&GitProvider{}, &GitProviderList{},
 		&GitTarget{}, &GitTargetList{},
 		&WatchRule{}, &WatchRuleList{},
+		&CommitRequest{}, &CommitRequestList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
