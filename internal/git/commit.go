@@ -30,6 +30,8 @@ type plan struct {
 	changes    []attribution.AttributedChange
 	author     object.Signature
 	message    string
+	// request is the close request that closed the window, if any (applyRequest).
+	request *CloseRequest
 
 	// sha is the materialized commit, zero while the plan has no commit yet.
 	sha plumbing.Hash
@@ -41,7 +43,11 @@ type plan struct {
 }
 
 func (p *plan) info() CommitInfo {
-	return CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.changes}
+	ci := CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.changes}
+	if p.request != nil {
+		ci.Request = p.request.ID
+	}
+	return ci
 }
 
 // newPlan builds the commit metadata of a window's changes. All changes share targetPath, target
