@@ -60,6 +60,12 @@ type Options struct {
 	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
 	// Logger is the base logger; the controller adds component=controller, watch or git.
 	Logger *slog.Logger
+	// Verdicts holds what admission recorded of CommitRequests; nil means no records, so no
+	// CommitRequest can name its submitter.
+	Verdicts VerdictSource
+	// CommitRequestTTL is how long a finished CommitRequest is kept before the controller
+	// deletes it; 0 keeps it.
+	CommitRequestTTL time.Duration
 }
 
 type kind string
@@ -68,6 +74,8 @@ const (
 	kindProvider kind = "GitProvider"
 	kindTarget   kind = "GitTarget"
 	kindRule     kind = "WatchRule"
+	// kindCommitRequest is driven by commitrequest.go.
+	kindCommitRequest kind = "CommitRequest"
 )
 
 type key struct {
@@ -125,6 +133,8 @@ func New(opts Options) (*Controller, error) {
 		kindProvider: c.factory.ForResource(v1alpha1.GitProvidersResource).Informer(),
 		kindTarget:   c.factory.ForResource(v1alpha1.GitTargetsResource).Informer(),
 		kindRule:     c.factory.ForResource(v1alpha1.WatchRulesResource).Informer(),
+
+		kindCommitRequest: c.factory.ForResource(v1alpha1.CommitRequestsResource).Informer(),
 	}
 	for k, inf := range c.informers {
 		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -192,6 +202,7 @@ func (c *Controller) followRouter(ctx context.Context) {
 		case <-c.opts.Router.Updates():
 			for _, name := range c.opts.Router.Changed() {
 				c.enqueue(kindTarget, name)
+				c.enqueueReferencing(kindCommitRequest, name.Namespace, "targetRef", name.Name)
 			}
 		}
 	}
@@ -211,6 +222,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		err = c.syncTarget(ctx, k.NamespacedName)
 	case kindRule:
 		err = c.syncRule(ctx, k.NamespacedName)
+	case kindCommitRequest:
+		err = c.syncCommitRequest(ctx, k.NamespacedName)
 	}
 	if apierrors.IsConflict(err) {
 		// The cache was behind the object (typically right after our own write): try again.

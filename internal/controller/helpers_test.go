@@ -354,6 +354,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		v1alpha1.WatchRulesResource:   "WatchRuleList",
 		configMapsGVR:                 "ConfigMapList",
 		widgetsGVR:                    "WidgetList",
+
+		v1alpha1.CommitRequestsResource: "CommitRequestList",
 	}, objs...)
 	kube := kubefake.NewClientset(cfg.secrets...)
 	fd, cached := newDiscovery(coreV1())
