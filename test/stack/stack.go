@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kubescribe/kubescribe/internal/app"
+	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
@@ -51,12 +53,18 @@ type Stack struct {
 	OpsURL string
 	// LogPath is kubescribe's own log.
 	LogPath string
+	// AdmissionURL is kubescribe's CommitRequest webhook, served over TLS with the control
+	// plane's audit serving certificate (signed by its CA); its address is kept across restarts.
+	AdmissionURL string
 
 	grace   time.Duration
 	app     *app.App
 	logFile *os.File
 	cancel  context.CancelFunc
 	done    chan error
+
+	// admissionAddr is kept across restarts, so the webhook registration stays valid.
+	admissionAddr string
 }
 
 // Start starts the stack and waits until kubescribe is ready.
@@ -83,6 +91,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.StartKubescribe(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.RegisterWebhook(ctx); err != nil {
+		return nil, fmt.Errorf("registering the admission webhook: %w", err)
+	}
 	logf("stack: kubescribe ready (ops %s, log %s)", s.OpsURL, s.LogPath)
 	return s, nil
 }
@@ -104,6 +115,10 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	o.TLSCertFile, o.TLSKeyFile = cp.Audit.CertFile, cp.Audit.KeyFile
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
+	if s.admissionAddr == "" {
+		s.admissionAddr = "127.0.0.1:0"
+	}
+	o.AdmissionListenAddress = s.admissionAddr
 	o.ShutdownTimeout = 20 * time.Second
 	if s.grace > 0 {
 		o.AttributionGrace = s.grace
@@ -113,6 +128,8 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 		return err
 	}
 	s.OpsURL = "http://" + s.app.OpsAddr().String()
+	s.admissionAddr = s.app.AdmissionAddr().String()
+	s.AdmissionURL = "https://" + s.admissionAddr + authz.Path
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan error, 1)
 	go func() { s.done <- s.app.Run(runCtx) }()
@@ -228,7 +245,7 @@ func (s *Stack) install(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		list, err := dc.ServerResourcesForGroupVersion("kubescribe.dev/v1alpha1")
-		if err == nil && len(list.APIResources) >= 3 {
+		if err == nil && len(list.APIResources) >= 3 && serves(list, "commitrequests") {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -240,6 +257,46 @@ func (s *Stack) install(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+func serves(list *metav1.APIResourceList, resource string) bool {
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true
+		}
+	}
+	return false
+}
+
+// RegisterWebhook registers (again) the CommitRequest ValidatingWebhookConfiguration that
+// `kubescribe admission-webhook-config --url` prints, pointing at AdmissionURL with the control
+// plane's CA. The apiserver takes a moment to start calling it.
+func (s *Stack) RegisterWebhook(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	url := s.AdmissionURL
+	cfg := authz.WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: s.CA.CertPEM})
+	_, err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// RemoveWebhook deletes the CommitRequest webhook registration, as an operator (or an attacker
+// with that power) could: CommitRequests are then created without admission records.
+func (s *Stack) RemoveWebhook(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, authz.WebhookConfigurationName, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // Apply creates (or, when they exist, updates) every object of a multi-document YAML or JSON
