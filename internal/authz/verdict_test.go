@@ -2,9 +2,6 @@ package authz
 
 import (
 	"context"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,30 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
 )
 
-// startRedis runs a real redis-server on a free loopback port for the test.
-func startRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (make test installs it)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	rdb := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
-	t.Cleanup(func() { _ = rdb.Close() })
-	require.Eventually(t, func() bool { return rdb.Ping(context.Background()).Err() == nil }, 10*time.Second, 20*time.Millisecond)
-	return rdb
-}
-
 func TestVerdictRecord(t *testing.T) {
-	rdb := startRedis(t)
+	rdb := redistest.Start(t)
 	ctx := context.Background()
 	s := NewStore(rdb, keyspace.MustParse("team:ks"), time.Minute)
 	require.Equal(t, "team:ks:authz:v1:verdict:cr-uid", s.Key("cr-uid"))
