@@ -52,7 +52,8 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 	id := string(cr.UID)
 	res, handed := c.opts.Router.CloseResult(id)
 	if !handed && meta.FindStatusCondition(before.Conditions, v1alpha1.ConditionAuthorAttributed) != nil {
-		// Handed to a worker by an earlier kubescribe process, which stopped before it pushed.
+		// Handed to a worker by an earlier kubescribe process, which stopped before it pushed
+		// (AuthorAttributed is set only once a request is handed over, or with a final state).
 		res, handed = git.CloseResult{Outcome: git.CloseLost}, true
 	}
 	if !handed {
@@ -81,6 +82,8 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 			req.Author = &git.Signature{Name: cr.Spec.Author.Name, Email: cr.Spec.Author.Email}
 		}
 		if err := c.opts.Router.RequestClose(req); err != nil {
+			// Not handed over: AuthorAttributed marks a request handed to a worker.
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAuthorAttributed)
 			setReady(&st.Conditions, cr.Generation, false, v1alpha1.ReasonTargetNotReady,
 				"GitTarget %q is not Ready, so its windows cannot be closed yet: %v", cr.Spec.TargetRef.Name, err)
 			c.queue.AddAfter(k, notReadyRecheck)
