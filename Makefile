@@ -7,7 +7,7 @@ KUBE_APISERVER := $(BIN)/kube-apiserver
 # Debian packages the tests and the demo start for real.
 DEB_PACKAGES := etcd-server redis-server git ca-certificates
 
-.PHONY: all build test test-unit test-e2e demo generate verify-generate bench lint deps kube-apiserver clean
+.PHONY: all build test test-unit test-e2e demo generate verify-generate bench load lint deps kube-apiserver clean
 
 all: build
 
@@ -62,6 +62,11 @@ demo: deps kube-apiserver
 ## bench: Go benchmarks, each reported as a ratio to its same-run baseline (hack/bench.sh).
 bench:
 	hack/bench.sh
+
+## load: load test against the real stack (docs/operations.md#load-test); LOAD_FLAGS, e.g.
+## LOAD_FLAGS=-duration=20s, are passed to test/load.
+load: deps kube-apiserver
+	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/load $(LOAD_FLAGS)
 
 clean:
 	rm -rf $(BIN)

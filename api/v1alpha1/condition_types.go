@@ -5,6 +5,23 @@ const (
 	// ConditionReady is True when the object is reconciled and doing its job, False when it
 	// cannot (the reason says why) and Unknown while the controller is still working on it.
 	ConditionReady string = "Ready"
+
+	// ConditionResourcesResolved is set on WatchRules and ClusterWatchRules: True when every
+	// entry of their rules resolved to a resource the cluster serves, False when some or all
+	// did not (the message names each rules[i] entry and why).
+	ConditionResourcesResolved string = "ResourcesResolved"
+)
+
+// Reasons of the ResourcesResolved condition.
+const (
+	// ReasonResolved: every entry of the rules resolved to at least one resource.
+	ReasonResolved string = "Resolved"
+
+	// ReasonPartiallyResolved: some entries resolved to nothing; the others are mirrored. The
+	// message names each unresolved rules[i] entry with why: not served (yet), served in none
+	// of its apiVersions, not listable and watchable, a Secret (never mirrored) or, in a
+	// WatchRule, cluster-scoped. It is also the reason of Ready=False in that case.
+	ReasonPartiallyResolved string = "PartiallyResolved"
 )
 
 // Reasons of the Ready condition. Every reason is used by the kinds named in its comment.
@@ -35,34 +52,41 @@ const (
 	// ReasonProviderNotReady: a GitTarget's GitProvider exists but is not Ready.
 	ReasonProviderNotReady string = "ProviderNotReady"
 
-	// ReasonTargetNotFound: a WatchRule's spec.targetRef names no GitTarget in its namespace.
+	// ReasonTargetNotFound: a WatchRule's or ClusterWatchRule's spec.targetRef names no
+	// GitTarget.
 	ReasonTargetNotFound string = "TargetNotFound"
 
-	// ReasonTargetNotReady: a WatchRule's GitTarget exists but is not Ready.
+	// ReasonTargetNotReady: a WatchRule's or ClusterWatchRule's GitTarget exists but is not
+	// Ready.
 	ReasonTargetNotReady string = "TargetNotReady"
 
 	// ReasonSourceClusterUnsupported: a GitTarget sets spec.sourceCluster, which this release
 	// reserves but does not support yet.
 	ReasonSourceClusterUnsupported string = "SourceClusterUnsupported"
 
-	// ReasonNoResourcesMatched: a WatchRule's rules resolve to no namespaced resource the
-	// cluster serves.
+	// ReasonNoResourcesMatched: a WatchRule's or ClusterWatchRule's rules resolve to no
+	// resource the cluster serves (also the reason of ResourcesResolved=False then).
 	ReasonNoResourcesMatched string = "NoResourcesMatched"
 
-	// ReasonWatchFailed: a WatchRule's resolved resource could not be listed or watched (for
-	// example for lack of RBAC).
+	// ReasonWatchFailed: a WatchRule's or ClusterWatchRule's resolved resource could not be
+	// listed or watched (for example for lack of RBAC).
 	ReasonWatchFailed string = "WatchFailed"
 
 	// ReasonHostKeyRejected: the host key an SSH repository presented is not in the Secret's
 	// known_hosts, or differs from the key listed there for that host. It is never accepted.
 	ReasonHostKeyRejected string = "HostKeyRejected"
 
+	// ReasonPathOverlap: a GitTarget's folder overlaps (equals, contains or lies inside) the
+	// folder of an older GitTarget on the same repository branch; the older one keeps writing.
+	ReasonPathOverlap string = "PathOverlap"
+
 	// ReasonPushFailed: a GitTarget's commits could not be pushed; the push is retried and
 	// nothing is dropped.
 	ReasonPushFailed string = "PushFailed"
 
 	// ReasonInvalidSpec: the spec is invalid in a way the CRD schema does not catch, or sets a
-	// field reserved for a later release (WatchRule excludeFieldManagers/excludeUsers).
+	// field reserved for a later release (WatchRule excludeFieldManagers/excludeUsers), or a
+	// ClusterWatchRule's namespaceSelector cannot be parsed.
 	ReasonInvalidSpec string = "InvalidSpec"
 
 	// ReasonProgressing is the reason of Ready=Unknown on every kind: the controller is working

@@ -41,18 +41,22 @@ func schemaAt(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition, path 
 }
 
 func TestCRDsShape(t *testing.T) {
-	for _, tc := range []struct{ plural, kind string }{
-		{"gitproviders", "GitProvider"},
-		{"gittargets", "GitTarget"},
-		{"watchrules", "WatchRule"},
-		{"commitrequests", "CommitRequest"},
+	for _, tc := range []struct {
+		plural, kind string
+		scope        apiextensionsv1.ResourceScope
+	}{
+		{"gitproviders", "GitProvider", apiextensionsv1.NamespaceScoped},
+		{"gittargets", "GitTarget", apiextensionsv1.NamespaceScoped},
+		{"watchrules", "WatchRule", apiextensionsv1.NamespaceScoped},
+		{"clusterwatchrules", "ClusterWatchRule", apiextensionsv1.ClusterScoped},
+		{"commitrequests", "CommitRequest", apiextensionsv1.NamespaceScoped},
 	} {
 		t.Run(tc.plural, func(t *testing.T) {
 			crd := loadCRD(t, tc.plural)
 			require.Equal(t, tc.plural+".kubescribe.dev", crd.Name)
 			require.Equal(t, "kubescribe.dev", crd.Spec.Group)
 			require.Equal(t, tc.kind, crd.Spec.Names.Kind)
-			require.Equal(t, apiextensionsv1.NamespaceScoped, crd.Spec.Scope)
+			require.Equal(t, tc.scope, crd.Spec.Scope)
 			require.Len(t, crd.Spec.Versions, 1)
 			v := crd.Spec.Versions[0]
 			require.Equal(t, "v1alpha1", v.Name)
@@ -162,6 +166,30 @@ func TestCRDPatterns(t *testing.T) {
 			valid:  []string{"*", "configmaps", "horizontalpodautoscalers"},
 			bad:    []string{"", "deployments/scale", "ConfigMaps", "*/scale"},
 		},
+		{
+			name:   "WatchRule apiVersions item",
+			schema: schemaAt(t, rules, "spec", "rules", "[]", "apiVersions", "[]"),
+			valid:  []string{"v1", "v1beta1", "v2alpha3"},
+			bad:    []string{"", "*", "apps/v1", "V1", "v1gamma1", "1"},
+		},
+		{
+			name:   "ClusterWatchRule apiVersions item",
+			schema: schemaAt(t, loadCRD(t, "clusterwatchrules"), "spec", "rules", "[]", "apiVersions", "[]"),
+			valid:  []string{"v1"},
+			bad:    []string{"v1/"},
+		},
+		{
+			name:   "ClusterWatchRule targetRef namespace",
+			schema: schemaAt(t, loadCRD(t, "clusterwatchrules"), "spec", "targetRef", "namespace"),
+			valid:  []string{"team-a", "a"},
+			bad:    []string{"", "a.b", "Team", "-a"},
+		},
+		{
+			name:   "ClusterWatchRule namespaces item",
+			schema: schemaAt(t, loadCRD(t, "clusterwatchrules"), "spec", "namespaces", "[]"),
+			valid:  []string{"default", "kube-system"},
+			bad:    []string{"", "a.b", "*"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,6 +215,15 @@ func matches(re *regexp.Regexp, s apiextensionsv1.JSONSchemaProps, v string) boo
 		return false
 	}
 	return re.MatchString(v)
+}
+
+// A ClusterWatchRule sets at most one of namespaces and namespaceSelector.
+func TestCRDClusterWatchRuleNamespaceScope(t *testing.T) {
+	spec := schemaAt(t, loadCRD(t, "clusterwatchrules"), "spec")
+	require.Len(t, spec.XValidations, 1)
+	require.Equal(t, "!has(self.namespaces) || !has(self.namespaceSelector)", spec.XValidations[0].Rule)
+	require.Contains(t, spec.Required, "targetRef")
+	require.ElementsMatch(t, []string{"namespace", "name"}, schemaAt(t, loadCRD(t, "clusterwatchrules"), "spec", "targetRef").Required)
 }
 
 func TestCRDImmutableProviderRef(t *testing.T) {

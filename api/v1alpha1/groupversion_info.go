@@ -39,6 +39,9 @@ var (
 
 	// WatchRulesResource is the resource of WatchRule objects.
 	WatchRulesResource = SchemeGroupVersion.WithResource("watchrules")
+
+	// ClusterWatchRulesResource is the resource of ClusterWatchRule objects.
+	ClusterWatchRulesResource = SchemeGroupVersion.WithResource("clusterwatchrules")
 )
 
 // Kind returns the group-qualified kind of an unqualified kind of this package.
@@ -57,6 +60,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&GitTarget{}, &GitTargetList{},
 		&WatchRule{}, &WatchRuleList{},
 		&CommitRequest{}, &CommitRequestList{},
+		&ClusterWatchRule{}, &ClusterWatchRuleList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

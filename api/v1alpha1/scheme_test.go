@@ -20,6 +20,7 @@ func TestAddToScheme(t *testing.T) {
 		&v1alpha1.GitProvider{}, &v1alpha1.GitProviderList{},
 		&v1alpha1.GitTarget{}, &v1alpha1.GitTargetList{},
 		&v1alpha1.WatchRule{}, &v1alpha1.WatchRuleList{},
+		&v1alpha1.ClusterWatchRule{}, &v1alpha1.ClusterWatchRuleList{},
 	} {
 		gvks, _, err := scheme.ObjectKinds(obj)
 		require.NoError(t, err)
@@ -31,6 +32,7 @@ func TestAddToScheme(t *testing.T) {
 	require.Equal(t, "kubescribe.dev", v1alpha1.GitProvidersResource.Group)
 	require.Equal(t, "v1alpha1", v1alpha1.GitTargetsResource.Version)
 	require.Equal(t, "watchrules", v1alpha1.WatchRulesResource.Resource)
+	require.Equal(t, "clusterwatchrules", v1alpha1.ClusterWatchRulesResource.Resource)
 	require.Equal(t, v1alpha1.SchemeGroupVersion, v1alpha1.GroupVersion)
 	require.Equal(t, "gitproviders.kubescribe.dev", v1alpha1.Resource("gitproviders").String())
 	require.Equal(t, "GitTarget.kubescribe.dev", v1alpha1.Kind("GitTarget").String())

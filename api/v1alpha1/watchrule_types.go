@@ -52,6 +52,18 @@ type ResourceRule struct {
 	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
 	APIGroups []string `json:"apiGroups"`
 
+	// APIVersions restricts the versions a resource is watched in, for example ["v1"]: each
+	// matching resource is watched in the most preferred of these versions that the cluster
+	// serves it in. Empty means the group's preferred version (for a resource the preferred
+	// version does not serve, the most preferred version that does). A resource served only in
+	// other versions is reported in the ResourcesResolved condition with reason
+	// VersionNotServed.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^v[0-9]+((alpha|beta)[0-9]+)?$`
+	APIVersions []string `json:"apiVersions,omitempty"`
+
 	// Resources are plural resource names, for example "configmaps" or "deployments"; "*" is every
 	// resource of the groups. Subresources ("deployments/scale") are not allowed.
 	// +required
@@ -88,7 +100,9 @@ type WatchRuleStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions describe the WatchRule's state. The Ready condition is True once its GitTarget
-	// is Ready and every resolved resource is being watched.
+	// is Ready, every entry of its rules resolved to a resource and every resolved resource is
+	// being watched. ResourcesResolved says what the rules resolved to, and which entries
+	// resolved to nothing and why.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -111,6 +125,7 @@ type WatchRuleStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
 // +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].reason"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Resolved",type="string",JSONPath=".status.conditions[?(@.type==\"ResourcesResolved\")].reason",priority=1
 // +kubebuilder:printcolumn:name="Target",type="string",JSONPath=".spec.targetRef.name",priority=1
 type WatchRule struct {
 	metav1.TypeMeta `json:",inline"`

@@ -68,6 +68,7 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.Int64Var(&opts.AdmissionMaxBodyBytes, "admission-max-body-bytes", opts.AdmissionMaxBodyBytes, "largest AdmissionReview accepted; larger ones are answered 413")
 	fs.DurationVar(&opts.VerdictTTL, "verdict-ttl", opts.VerdictTTL, "how long admission verdicts of CommitRequests are kept in Redis (longer than the 10m maximum close delay)")
 	fs.DurationVar(&opts.CommitRequestTTL, "commit-request-ttl", opts.CommitRequestTTL, "how long a finished CommitRequest is kept before kubescribe deletes it; 0 keeps them")
+	fs.DurationVar(&opts.DiscoveryRefresh, "discovery-refresh-interval", opts.DiscoveryRefresh, "how often each source cluster's API discovery is re-read when no CRD or APIService change triggered it sooner")
 	fs.DurationVar(&opts.AttributionGrace, "attribution-grace", opts.AttributionGrace, "how long a change waits for the audit fact naming its author")
 	fs.DurationVar(&opts.FactTTL, "fact-ttl", opts.FactTTL, "how long attribution facts are kept in Redis")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "bound of the graceful shutdown")

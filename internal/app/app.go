@@ -124,11 +124,12 @@ func New(opts Options) (_ *App, err error) {
 	cursors := watch.NewCursorStore(a.rdb, prefix)
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors})
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
-		Render:  declared.Manifest,
-		Emit:    func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
-		Logger:  a.log.With("component", "watch"),
-		Metrics: watch.NewMetrics(opts.Registry),
-		Cursors: cursors,
+		Render:           declared.Manifest,
+		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
+		Logger:           a.log.With("component", "watch"),
+		Metrics:          watch.NewMetrics(opts.Registry),
+		Cursors:          cursors,
+		DiscoveryRefresh: opts.DiscoveryRefresh,
 	})
 	if err != nil {
 		return nil, err
@@ -145,6 +146,7 @@ func New(opts Options) (_ *App, err error) {
 		Cluster:          opts.ClusterName,
 		Router:           a.router,
 		Logger:           a.log, // the controller tags its own and its workers' loggers
+		Registerer:       opts.Registry,
 		Verdicts:         verdicts,
 		CommitRequestTTL: opts.CommitRequestTTL,
 	})

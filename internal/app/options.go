@@ -18,6 +18,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // Options configure kubescribe. Start from DefaultOptions.
@@ -87,6 +88,9 @@ type Options struct {
 	FactTTL time.Duration
 	// ShutdownTimeout bounds the whole graceful shutdown.
 	ShutdownTimeout time.Duration
+	// DiscoveryRefresh is how often each source cluster's discovery catalog is re-read when
+	// no CRD or APIService change triggered it sooner.
+	DiscoveryRefresh time.Duration
 	// ControllerWorkers is the number of reconcile workers.
 	ControllerWorkers int
 
@@ -111,6 +115,7 @@ func DefaultOptions() Options {
 		CommitRequestTTL:       24 * time.Hour,
 
 		AttributionGrace:  attribution.DefaultGrace,
+		DiscoveryRefresh:  watch.DefaultDiscoveryRefresh,
 		FactTTL:           attribution.DefaultFactTTL,
 		ShutdownTimeout:   30 * time.Second,
 		ControllerWorkers: 2,
@@ -150,7 +155,7 @@ func (o *Options) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"AttributionGrace", o.AttributionGrace}, {"FactTTL", o.FactTTL}, {"ShutdownTimeout", o.ShutdownTimeout}} {
+	}{{"AttributionGrace", o.AttributionGrace}, {"FactTTL", o.FactTTL}, {"ShutdownTimeout", o.ShutdownTimeout}, {"DiscoveryRefresh", o.DiscoveryRefresh}} {
 		if d.v <= 0 {
 			bad(d.name, "must be positive, got %s", d.v)
 		}

@@ -36,6 +36,7 @@ func TestValidate(t *testing.T) {
 		{name: "no TLS", mutate: func(o *Options) { o.TLSKeyFile = "" }, wantErr: "TLSCertFile/TLSKeyFile are required"},
 		{name: "no audit authentication", mutate: func(o *Options) { o.AuditTokenFile = "" }, wantErr: "at least one is required"},
 		{name: "bad cluster name", mutate: func(o *Options) { o.ClusterName = "Prod_1" }, wantErr: "Options.ClusterName"},
+		{name: "zero discovery refresh", mutate: func(o *Options) { o.DiscoveryRefresh = 0 }, wantErr: "DiscoveryRefresh must be positive"},
 		{name: "zero grace", mutate: func(o *Options) { o.AttributionGrace = 0 }, wantErr: "AttributionGrace must be positive"},
 		{name: "ttl shorter than grace", mutate: func(o *Options) { o.FactTTL = o.AttributionGrace / 2 }, wantErr: "must be longer than AttributionGrace"},
 		{name: "zero body limit", mutate: func(o *Options) { o.AuditMaxBodyBytes = 0 }, wantErr: "AuditMaxBodyBytes"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -87,7 +88,7 @@ func (j *Joiner) Run(ctx context.Context) error {
 
 // Join attributes c in the background and calls emit with the result, at the latest after the
 // grace window. emit is called from a goroutine of the joiner, once per change, and for changes
-// of one object in the order Join was called.
+// of one object path (cluster, resource, namespace, name) in the order Join was called.
 func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 	if c.Op == watch.OpSweep {
 		// Not an object's change: it is handed on at once, from the caller's goroutine, so it
@@ -95,11 +96,15 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 		emit(AttributedChange{Change: c})
 		return
 	}
+	// Changes are delivered in order per object path, not per uid: an object deleted and
+	// created again under its name has two uids, and its re-creation must not overtake the
+	// delete, which would then remove the new file.
 	key := c.Cluster + "/" + c.UID
+	seq := c.Cluster + "/" + c.GVR.Group + "/" + c.GVR.Resource + "/" + c.Namespace + "/" + c.Name
 	done := make(chan struct{})
 	j.mu.Lock()
-	prev := j.tails[key]
-	j.tails[key] = done
+	prev := j.tails[seq]
+	j.tails[seq] = done
 	j.mu.Unlock()
 	if j.metrics != nil {
 		j.metrics.pending.Inc()
@@ -117,11 +122,19 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 			// other; only what no fact explains stays the committer's snapshot.
 			c.Snapshot = false
 		}
-		emit(AttributedChange{Change: c, Author: author})
+		if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
+			// The rule does not mirror this user's writes; an unresolved author is never
+			// excluded.
+			if j.metrics != nil {
+				j.metrics.excluded.Inc()
+			}
+		} else {
+			emit(AttributedChange{Change: c, Author: author})
+		}
 		close(done)
 		j.mu.Lock()
-		if j.tails[key] == done {
-			delete(j.tails, key)
+		if j.tails[seq] == done {
+			delete(j.tails, seq)
 		}
 		j.mu.Unlock()
 		if j.metrics != nil {

@@ -217,3 +217,44 @@ func TestJoinSweepPassesAtOnce(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, watch.OpSweep, got[0].Op)
 }
+
+// TestJoinKeepsOrderAcrossRecreation: an object deleted and created again under its name has
+// two uids; the create, whose fact is already there, must not overtake the delete still waiting
+// for its own, or the writer would remove the new file.
+func TestJoinKeepsOrderAcrossRecreation(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "new", ResourceVersion: "20", Verb: "create", User: audit.Identity{Username: "bob"}, AuditID: "a2"}, false)
+	j, out := startJoiner(t, facts, 200*time.Millisecond)
+	del := change("old", "10", watch.OpDelete)
+	del.Name = "cfg"
+	create := change("new", "20", watch.OpCreate)
+	create.Name = "cfg"
+	j.Join(del, func(ac AttributedChange) { out <- ac })
+	j.Join(create, func(ac AttributedChange) { out <- ac })
+	require.Equal(t, watch.OpDelete, (<-out).Op)
+	require.Equal(t, watch.OpCreate, (<-out).Op)
+}
+
+// TestJoinExcludesUsers: a change attributed to a user its rule excludes is dropped; an
+// unresolved change never is.
+func TestJoinExcludesUsers(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "update", User: audit.Identity{Username: "argocd"}, AuditID: "a1"}, false)
+	facts.add(audit.Fact{Route: "local", UID: "u2", ResourceVersion: "11", Verb: "update", User: audit.Identity{Username: "alice"}, AuditID: "a2"}, false)
+	j, out := startJoiner(t, facts, 20*time.Millisecond)
+	for _, c := range []watch.Change{change("u1", "10", watch.OpUpdate), change("u2", "11", watch.OpUpdate), change("u3", "12", watch.OpUpdate)} {
+		c.ExcludeUsers = []string{"argocd", unresolvedName}
+		j.Join(c, func(ac AttributedChange) { out <- ac })
+	}
+	got := map[string]string{}
+	for range 2 {
+		ac := <-out
+		got[ac.UID] = ac.Author.Username
+	}
+	require.NoError(t, j.Wait(context.Background()))
+	require.Equal(t, map[string]string{"u2": "alice", "u3": UnresolvedUsername}, got)
+	require.Empty(t, out, "the excluded user's change is dropped")
+}
+
+// unresolvedName is listed as excluded in the test: an unresolved change must still pass.
+const unresolvedName = UnresolvedUsername

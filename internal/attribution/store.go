@@ -2,7 +2,6 @@ package attribution
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,18 +25,31 @@ import (
 // really produced that resourceVersion, and the apiserver may deliver their batches in any order
 // (it retries a failed batch while later ones go through). So a key keeps the best fact by rank:
 // a delete beats any other verb, then the earliest stage timestamp wins. The stored value is the
-// fixed-width rank followed by the fact's JSON, and the comparison is one atomic script.
+// fixed-width rank followed by the fact's record (record.go), and the comparison is done by one
+// atomic script for the whole batch.
 
 // rankWidth is the length of the rank prefix: one class digit and 19 digits of Unix nanoseconds.
 const rankWidth = 20
 
-// keepBest stores ARGV[1]..ARGV[2] (rank, fact) under KEYS[1] unless the key holds a fact of a
-// lower or equal rank; ARGV[3] is the TTL in milliseconds.
-var keepBest = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, 20) <= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'PX', ARGV[3])
-return 1
+// storeBatch stores a batch of facts and announces them, in one call. KEYS are the fact keys;
+// ARGV[1] is the TTL in milliseconds, ARGV[2] the channel, ARGV[3] the announcement ("" for
+// none) and ARGV[3+i] the value for KEYS[i] (rank, then record). A new key is set at once (SET
+// NX); an existing key keeps its value unless the new rank is lower (better), so storing a
+// batch again (the apiserver retries a batch it got
+// no 200 for) changes nothing. It returns the number of keys written.
+var storeBatch = redis.NewScript(`
+local n = 0
+for i, key in ipairs(KEYS) do
+  local v = ARGV[3 + i]
+  if redis.call('SET', key, v, 'NX', 'PX', ARGV[1]) then
+    n = n + 1
+  elseif string.sub(redis.call('GET', key), 1, 20) > string.sub(v, 1, 20) then
+    redis.call('SET', key, v, 'PX', ARGV[1])
+    n = n + 1
+  end
+end
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return n
 `)
 
 // DefaultFactTTL is how long a fact is kept when no TTL is configured: far longer than any grace
@@ -50,6 +62,9 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix keyspace.Prefix
 	ttl    time.Duration
+	// cluster: keys of one batch live on different slots, so they cannot go to one script
+	// call; each key gets its own call, all in one pipeline.
+	cluster bool
 }
 
 // NewStore returns a Store. ttl <= 0 means DefaultFactTTL.
@@ -57,7 +72,8 @@ func NewStore(rdb redis.UniversalClient, prefix keyspace.Prefix, ttl time.Durati
 	if ttl <= 0 {
 		ttl = DefaultFactTTL
 	}
-	return &Store{rdb: rdb, prefix: prefix, ttl: ttl}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Store{rdb: rdb, prefix: prefix, ttl: ttl, cluster: cluster}
 }
 
 func (s *Store) writeKey(route, uid, rv string) string {
@@ -70,80 +86,198 @@ func (s *Store) deleteKey(route, uid string) string {
 
 func (s *Store) channel() string { return s.prefix.Key("facts") }
 
-// StoreFacts stores facts durably, then announces them. It returns nil only once every fact is
-// written, so the audit handler acknowledges a batch only when nothing in it can be lost.
+// batch holds the encoding of one StoreFacts call; reused through batches.
+type batch struct {
+	buf     []byte   // every value, then the announcement
+	ends    []int    // buf[ends[i-1]:ends[i]] is the value of key i
+	keyBuf  []byte   // every key, back to back
+	keyEnds []int    // keyBuf[keyEnds[i-1]:keyEnds[i]] is key i
+	keys    []string // the keys, cut from one string
+	args    []any
+}
+
+// batches keeps a few batches for reuse. Unlike a sync.Pool it is not emptied by every garbage
+// collection, so a steady stream of audit batches allocates no encoding buffers.
+var batches = make(chan *batch, 4)
+
+func getBatch() *batch {
+	select {
+	case b := <-batches:
+		return b
+	default:
+		return new(batch)
+	}
+}
+
+func putBatch(b *batch) {
+	clear(b.keys)
+	clear(b.args)
+	b.buf, b.ends, b.keyBuf, b.keyEnds, b.keys, b.args = b.buf[:0], b.ends[:0], b.keyBuf[:0], b.keyEnds[:0], b.keys[:0], b.args[:0]
+	select {
+	case batches <- b:
+	default:
+	}
+}
+
+// appendKey appends the key P:fact:<route>:<uid>:<suffix...> (as writeKey and deleteKey).
+func (s *Store) appendKey(b *batch, route, uid string, suffix ...string) {
+	b.keyBuf = append(b.keyBuf, s.prefix.String()...)
+	b.keyBuf = append(b.keyBuf, ":fact:"...)
+	b.keyBuf = append(b.keyBuf, route...)
+	b.keyBuf = append(b.keyBuf, ':')
+	b.keyBuf = append(b.keyBuf, uid...)
+	for _, p := range suffix {
+		b.keyBuf = append(b.keyBuf, ':')
+		b.keyBuf = append(b.keyBuf, p...)
+	}
+	b.keyEnds = append(b.keyEnds, len(b.keyBuf))
+}
+
+// StoreFacts stores facts durably and announces them, in one round trip to Redis: a single
+// script call (one pipeline of calls, one per key, on Redis Cluster). It returns nil only once
+// every fact is written, so the audit handler acknowledges a batch only when nothing in it can
+// be lost. It does not keep facts.
 func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 	if len(facts) == 0 {
 		return nil
 	}
-	pipe := s.rdb.Pipeline()
-	var announce []string
+	b := getBatch()
+	defer putBatch(b)
+
+	// Values: the record is encoded once per fact and repeated for each of its keys.
 	for i := range facts {
 		f := &facts[i]
-		keys := s.keysFor(f)
-		if len(keys) == 0 {
+		first := len(b.keyEnds)
+		s.appendKeys(b, f)
+		if len(b.keyEnds) == first {
 			continue
 		}
-		val, err := json.Marshal(f)
-		if err != nil {
-			return fmt.Errorf("encoding fact %s: %w", f.AuditID, err)
-		}
-		rank := factRank(f)
-		for _, k := range keys {
-			keepBest.Eval(ctx, pipe, []string{k.key}, rank, val, s.ttl.Milliseconds())
-			announce = append(announce, f.Route+"/"+k.uid)
+		start := len(b.buf)
+		b.buf = appendRank(b.buf, f)
+		b.buf = appendRecord(b.buf, f)
+		b.ends = append(b.ends, len(b.buf))
+		for range len(b.keyEnds) - first - 1 {
+			b.buf = append(b.buf, b.buf[start:b.ends[len(b.ends)-1]]...)
+			b.ends = append(b.ends, len(b.buf))
 		}
 	}
-	if len(announce) == 0 {
+	if len(b.keyEnds) == 0 {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("storing %d attribution facts: %w", len(announce), err)
+	// One allocation for every key of the batch.
+	all := string(b.keyBuf)
+	for i, end := range b.keyEnds {
+		start := 0
+		if i > 0 {
+			start = b.keyEnds[i-1]
+		}
+		b.keys = append(b.keys, all[start:end])
 	}
-	// Waiters are woken by the announcement; one that misses it still looks once more at its
-	// deadline, so a failed publish delays nothing but an attribution already past its grace.
-	_ = s.rdb.Publish(ctx, s.channel(), strings.Join(announce, "\n")).Err()
+	// The announcement: "<route>/<uid>" per key, one per line; the uid is the key's.
+	annStart := len(b.buf)
+	for i := range facts {
+		b.buf = appendAnnouncement(b.buf, annStart, &facts[i])
+	}
+	announcement := b.buf[annStart:]
+	value := func(i int) []byte {
+		start := 0
+		if i > 0 {
+			start = b.ends[i-1]
+		}
+		return b.buf[start:b.ends[i]]
+	}
+
+	ttl := s.ttl.Milliseconds()
+	if !s.cluster {
+		b.args = append(b.args, ttl, s.channel(), announcement)
+		for i := range b.keys {
+			b.args = append(b.args, value(i))
+		}
+		if err := storeBatch.Run(ctx, s.rdb, b.keys, b.args...).Err(); err != nil {
+			return fmt.Errorf("storing %d attribution facts: %w", len(b.keys), err)
+		}
+		return nil
+	}
+	// Redis Cluster: one call per key (each goes to its key's node), the announcement with
+	// the last; one pipeline.
+	pipe := s.rdb.Pipeline()
+	for i, k := range b.keys {
+		ann := []byte(nil)
+		if i == len(b.keys)-1 {
+			ann = announcement
+		}
+		storeBatch.Eval(ctx, pipe, []string{k}, ttl, s.channel(), ann, value(i))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("storing %d attribution facts: %w", len(b.keys), err)
+	}
 	return nil
 }
 
-type factKey struct{ key, uid string }
-
-// factRank orders facts claiming the same key; the lowest wins.
-func factRank(f *audit.Fact) string {
-	class := 1
+// appendRank appends the rank of f: facts claiming the same key keep the lowest.
+func appendRank(b []byte, f *audit.Fact) []byte {
+	class := byte('1')
 	if f.Verb == "delete" || f.Verb == "deletecollection" {
-		class = 0
+		class = '0'
 	}
 	ns := f.StageTimestamp.UnixNano()
 	if ns < 0 {
 		ns = 0
 	}
-	return fmt.Sprintf("%d%019d", class, ns)
+	b = append(b, class)
+	var digits [19]byte
+	for i := len(digits) - 1; i >= 0; i-- {
+		digits[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	return append(b, digits[:]...)
 }
 
-// keysFor lists the keys a fact is stored under.
-func (s *Store) keysFor(f *audit.Fact) []factKey {
-	var keys []factKey
+// appendKeys appends the keys a fact is stored under (writeKey, deleteKey) to b.
+func (s *Store) appendKeys(b *batch, f *audit.Fact) {
 	switch f.Verb {
 	case "delete":
 		if f.UID != "" {
-			keys = append(keys, factKey{s.deleteKey(f.Route, f.UID), f.UID})
+			s.appendKey(b, f.Route, f.UID, "delete")
 		}
 	case "deletecollection":
 		for _, uid := range f.DeletedUIDs {
-			keys = append(keys, factKey{s.deleteKey(f.Route, uid), uid})
+			s.appendKey(b, f.Route, uid, "delete")
 		}
-		return keys
+		return
 	}
 	if f.UID != "" && f.ResourceVersion != "" {
-		keys = append(keys, factKey{s.writeKey(f.Route, f.UID, f.ResourceVersion), f.UID})
+		s.appendKey(b, f.Route, f.UID, "rv", f.ResourceVersion)
 	}
-	return keys
+}
+
+// appendAnnouncement appends "<route>/<uid>" for the object of each key appendKeys gives f
+// (each object once), newline-separated; start is where the announcement began in b.
+func appendAnnouncement(b []byte, start int, f *audit.Fact) []byte {
+	one := func(uid string) {
+		if len(b) > start {
+			b = append(b, '\n')
+		}
+		b = append(b, f.Route...)
+		b = append(b, '/')
+		b = append(b, uid...)
+	}
+	switch {
+	case f.Verb == "deletecollection":
+		for _, uid := range f.DeletedUIDs {
+			one(uid)
+		}
+	case f.UID != "" && (f.Verb == "delete" || f.ResourceVersion != ""):
+		one(f.UID)
+	}
+	return b
 }
 
 // Lookup returns the fact that explains a change of the object uid in cluster route: for a
 // delete, the delete fact; otherwise the fact that produced resourceVersion rv. It returns
-// (nil, nil) when there is none yet.
+// (nil, nil) when there is none yet. A record of a version this build does not know is no
+// fact: Lookup returns an error naming the version (the joiner logs it and counts it in
+// kubescribe_attribution_lookup_errors_total) and the change waits on, or is unresolved.
 func (s *Store) Lookup(ctx context.Context, route, uid, rv string, isDelete bool) (*audit.Fact, error) {
 	key := s.writeKey(route, uid, rv)
 	if isDelete {
@@ -159,11 +293,11 @@ func (s *Store) Lookup(ctx context.Context, route, uid, rv string, isDelete bool
 	if len(val) < rankWidth {
 		return nil, fmt.Errorf("attribution fact %s is truncated", key)
 	}
-	var f audit.Fact
-	if err := json.Unmarshal(val[rankWidth:], &f); err != nil {
-		return nil, fmt.Errorf("decoding attribution fact %s: %w", key, err)
+	f, err := decodeRecord(val[rankWidth:])
+	if err != nil {
+		return nil, fmt.Errorf("attribution fact %s: %w", key, err)
 	}
-	return &f, nil
+	return f, nil
 }
 
 // Announcements delivers "<route>/<uid>" for every fact stored by any replica, until ctx ends.

@@ -2,9 +2,11 @@ package attribution
 
 import (
 	"context"
-	"net"
-	"os/exec"
+	"encoding/json"
+	"errors"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,27 +15,11 @@ import (
 
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
 )
 
 // startRedis runs a real redis-server on a free loopback port for the test.
-func startRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (make test installs it)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	rdb := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
-	t.Cleanup(func() { _ = rdb.Close() })
-	require.Eventually(t, func() bool { return rdb.Ping(context.Background()).Err() == nil }, 10*time.Second, 20*time.Millisecond)
-	return rdb
-}
+func startRedis(t testing.TB) *redis.Client { return redistest.Start(t) }
 
 func TestStoreEarliestFactWins(t *testing.T) {
 	rdb := startRedis(t)
@@ -121,4 +107,134 @@ func TestStoreUnavailable(t *testing.T) {
 	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
 	err := s.StoreFacts(context.Background(), []audit.Fact{{Route: "local", UID: "u1", ResourceVersion: "1", Verb: "create"}})
 	require.ErrorContains(t, err, "storing 1 attribution facts")
+}
+
+// countCalls counts the round trips a client makes: one per command or pipeline.
+type countCalls struct{ n atomic.Int64 }
+
+func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+func TestStoreFactsOneRoundTrip(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
+	t0 := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	batch := func(n int, user string) []audit.Fact {
+		var facts []audit.Fact
+		for i := range n {
+			facts = append(facts, audit.Fact{Route: "local", Resource: "configmaps", UID: "u" + strconv.Itoa(i), ResourceVersion: strconv.Itoa(100 + i),
+				Verb: "update", User: audit.Identity{Username: user}, AuditID: "a" + strconv.Itoa(i), StageTimestamp: t0.Add(time.Duration(i) * time.Millisecond)})
+		}
+		// A held delete (two keys) and a deletecollection (one key per uid).
+		facts = append(facts,
+			audit.Fact{Route: "local", Resource: "configmaps", UID: "held", ResourceVersion: "7", Verb: "delete", Terminating: true, User: audit.Identity{Username: user}, StageTimestamp: t0},
+			audit.Fact{Route: "local", Resource: "configmaps", Verb: "deletecollection", DeletedUIDs: []string{"c1", "c2"}, User: audit.Identity{Username: user}, StageTimestamp: t0})
+		return facts
+	}
+	require.NoError(t, s.StoreFacts(ctx, batch(1, "warm-up"))) // loads the script
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+
+	var calls countCalls
+	rdb.AddHook(&calls)
+	sub := rdb.Subscribe(ctx, "kubescribe:facts")
+	defer sub.Close()
+	_, err := sub.Receive(ctx) // subscribed
+	require.NoError(t, err)
+
+	calls.n.Store(0)
+	require.NoError(t, s.StoreFacts(ctx, batch(400, "alice")))
+	require.EqualValues(t, 1, calls.n.Load(), "a batch is one round trip, announcement included")
+	msg, err := sub.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	ids := strings.Split(msg.Payload, "\n")
+	require.Len(t, ids, 403)
+	require.Equal(t, "local/u0", ids[0])
+	require.Equal(t, []string{"local/held", "local/c1", "local/c2"}, ids[400:])
+
+	n, err := rdb.DBSize(ctx).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 400+2+2, n)
+	for _, probe := range []struct {
+		uid, rv  string
+		isDelete bool
+	}{{"u399", "499", false}, {"held", "7", false}, {"held", "", true}, {"c2", "", true}} {
+		got, err := s.Lookup(ctx, "local", probe.uid, probe.rv, probe.isDelete)
+		require.NoError(t, err)
+		require.Equal(t, "alice", got.User.Username, probe.uid)
+	}
+
+	// A retried batch (same facts, or a later no-op by someone else) changes nothing.
+	require.NoError(t, s.StoreFacts(ctx, batch(400, "alice")))
+	later := batch(400, "bob")
+	for i := range later {
+		later[i].StageTimestamp = later[i].StageTimestamp.Add(time.Hour)
+	}
+	require.NoError(t, s.StoreFacts(ctx, later))
+	got, err := s.Lookup(ctx, "local", "u7", "107", false)
+	require.NoError(t, err)
+	require.Equal(t, "alice", got.User.Username)
+}
+
+func TestRecordFormat(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 1, 30, 0, 123456000, time.UTC)
+	facts := []audit.Fact{
+		{Route: "local", Resource: "configmaps", Namespace: "team-a", Name: "demo", UID: "u1", ResourceVersion: "42", Verb: "update",
+			User: audit.Identity{Username: "alice", UID: "ua", Groups: []string{"devs", "system:authenticated"},
+				Extra: map[string][]string{"z": {"1"}, "a": {"x", "y"}, "n": nil, "e": {}}},
+			AuditID: "a1", StageTimestamp: t0},
+		{Route: "r", Group: "apps", Resource: "deployments", Subresource: "scale", UID: "u2", ResourceVersion: "7", Terminating: true, Verb: "patch",
+			User: audit.Identity{Username: "weird \"<&>\" \\ \n\t\b\f\x01 \u2028\u2029 é 😀 \xff"}, StageTimestamp: t0.Add(time.Nanosecond)},
+		{Route: "r", Resource: "configmaps", Verb: "deletecollection", LabelSelector: "app in (a,b)", DeletedUIDs: []string{"c1", "c2"},
+			User: audit.Identity{Username: "bob", Groups: []string{}}},
+	}
+	for _, f := range facts {
+		got := appendRecord(nil, &f)
+		want, err := json.Marshal(recordOf(&f))
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "the hand-written encoder must match encoding/json")
+		back, err := decodeRecord(got)
+		require.NoError(t, err)
+		var norm audit.Fact
+		require.NoError(t, json.Unmarshal(want, &norm)) // what encoding/json round-trips
+		require.Equal(t, norm, *back)
+	}
+	require.True(t, strings.HasPrefix(string(appendRecord(nil, &facts[0])), `{"v":1,"route":"local",`))
+}
+
+func TestLookupRecordVersions(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
+	rank := "1" + strings.Repeat("0", 19)
+	set := func(uid, record string) {
+		require.NoError(t, rdb.Set(ctx, "kubescribe:fact:local:"+uid+":rv:1", rank+record, time.Minute).Err())
+	}
+	set("current", `{"v":1,"route":"local","resource":"configmaps","uid":"current","resourceVersion":"1","verb":"update","user":{"username":"alice"},"auditID":"a","stageTimestamp":"2026-11-30T01:30:00Z"}`)
+	set("legacy", `{"route":"local","resource":"configmaps","uid":"legacy","resourceVersion":"1","verb":"update","user":{"username":"alice"},"auditID":"a","stageTimestamp":"2026-11-30T01:30:00Z"}`)
+	set("future", `{"v":2,"route":"local","user":"a different shape","who":{"username":"mallory"}}`)
+	set("corrupt", `{"v":1,"user":`)
+
+	for _, uid := range []string{"current", "legacy"} {
+		got, err := s.Lookup(ctx, "local", uid, "1", false)
+		require.NoError(t, err, uid)
+		require.Equal(t, "alice", got.User.Username, uid)
+		require.Equal(t, uid, got.UID)
+	}
+	got, err := s.Lookup(ctx, "local", "future", "1", false)
+	require.Nil(t, got)
+	var unknown *UnknownRecordVersionError
+	require.ErrorAs(t, err, &unknown)
+	require.Equal(t, 2, unknown.Version)
+	require.ErrorContains(t, err, "fact record version 2 is unknown")
+
+	got, err = s.Lookup(ctx, "local", "corrupt", "1", false)
+	require.Nil(t, got)
+	require.ErrorContains(t, err, "decoding fact record")
+	require.False(t, errors.As(err, &unknown))
 }

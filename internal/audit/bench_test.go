@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -89,40 +90,44 @@ func TestSyntheticBatch(t *testing.T) {
 	require.Equal(t, "0b6f4c2e-8d1a-4f5e-9c3b-000000000399", facts[399].UID)
 }
 
-// BenchmarkDecode compares Decode with a baseline that decodes the same batch into the full
-// k8s.io/apiserver audit/v1 EventList with encoding/json. Compare ns/op and B/op of the two
-// sub-benchmarks; there are no timing assertions.
-func BenchmarkDecode(b *testing.B) {
-	body := syntheticBatch(b, 400)
-	b.Run("minimal", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			facts, _, err := Decode(bytes.NewReader(body), "bench")
-			if err != nil || len(facts) != 400 {
-				b.Fatalf("decode: %v, %d facts", err, len(facts))
-			}
+// capturedBatch returns the real captured events of testdata/*.json, compacted as the apiserver
+// sends them, cycled to n events in one EventList.
+func capturedBatch(tb testing.TB, n int) []byte {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	require.NoError(tb, err)
+	var events []json.RawMessage
+	for _, f := range files {
+		var list struct {
+			Items []json.RawMessage `json:"items"`
 		}
-	})
-	// What the handler runs: the body is already in memory (read through the size limit).
-	b.Run("minimal-inmemory", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			facts, _, err := decodeBytes(body, "bench")
-			if err != nil || len(facts) != 400 {
-				b.Fatalf("decode: %v, %d facts", err, len(facts))
-			}
+		require.NoError(tb, json.Unmarshal(fixture(tb, f), &list))
+		for _, ev := range list.Items {
+			var c bytes.Buffer
+			require.NoError(tb, json.Compact(&c, ev))
+			events = append(events, c.Bytes())
 		}
-	})
-	b.Run("baseline-full-eventlist", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			var list auditv1.EventList
-			if err := json.NewDecoder(bytes.NewReader(body)).Decode(&list); err != nil || len(list.Items) != 400 {
-				b.Fatalf("decode: %v, %d items", err, len(list.Items))
-			}
-		}
-	})
+	}
+	require.NotEmpty(tb, events)
+	items := make([]string, n)
+	for i := range items {
+		items[i] = string(events[i%len(events)])
+	}
+	return eventList(items...)
+}
+
+func TestCapturedBatch(t *testing.T) {
+	body := capturedBatch(t, 400)
+	facts, stats, err := Decode(bytes.NewReader(body), "bench")
+	require.NoError(t, err)
+	require.Equal(t, 400, stats.Events)
+	require.NotEmpty(t, facts)
+}
+
+// decodePooled is what the handler runs: the pooled decoder, released after use.
+func decodePooled(body []byte, route string) (int, error) {
+	d := getDecoder()
+	defer putDecoder(d)
+	facts, _, err := d.decode(body, route)
+	return len(facts), err
 }

@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,6 +136,10 @@ func TestDecodeFilter(t *testing.T) {
 		{name: "dry run any value", query: "?fieldManager=x&dryRun=", status: `{"code":200}`, want: DropDryRun},
 		{name: "dry run with a malformed pair", query: "?a=%zz&dryRun=All", status: `{"code":200}`, want: DropDryRun},
 		{name: "dryRun in the path is not a query", query: "-dryRun", status: `{"code":200}`},
+		{name: "escaped dryRun key", query: "?dry%52un=All", status: `{"code":200}`, want: DropDryRun},
+		{name: "dryRun pair with an invalid escape is no pair", query: "?dryRun=%zz", status: `{"code":200}`},
+		{name: "dryRun pair with a semicolon is no pair", query: "?x=1;dryRun=All", status: `{"code":200}`},
+		{name: "dryRun without a value", query: "?a&dryRun", status: `{"code":200}`, want: DropDryRun},
 		{name: "status subresource", ref: `,"subresource":"status"`, status: `{"code":200}`, want: DropSubresource},
 		{name: "scale subresource", ref: `,"subresource":"scale"`, status: `{"code":200}`},
 	}
@@ -153,6 +158,24 @@ func TestDecodeFilter(t *testing.T) {
 			require.Equal(t, map[DropReason]int{tt.want: 1}, stats.Dropped)
 		})
 	}
+}
+
+// TestQueryHasDryRunAgreesWithParseQuery holds the allocation-free dryRun check to
+// url.ParseQuery's reading of a query.
+func TestQueryHasDryRunAgreesWithParseQuery(t *testing.T) {
+	for _, q := range []string{"", "dryRun", "dryRun=", "dryRun=All", "a=1&dryRun=All", "dryRun=%zz", "dry%52un=1", "dry%52un=%z",
+		"dry%5", "x;dryRun=1", "x=1&&dryRun", "dryRun=a;b", "dryrun=All", "DryRun=All", "dry+Run=1", "%64ryRun=", "a=%zz&dryRun=All", "dryRun%=1"} {
+		_, want := parseQuery(q)["dryRun"]
+		ev := crEvent("q", "patch", "w1", `{}`, `{"kind":"Widget","metadata":{"uid":"u","resourceVersion":"1"}}`)
+		ev = strings.Replace(ev, `/widgets/w1"`, `/widgets/w1?`+q+`"`, 1)
+		_, stats := decodeBody(t, eventList(ev))
+		require.Equal(t, want, stats.Dropped[DropDryRun] == 1, "query %q", q)
+	}
+}
+
+func parseQuery(q string) url.Values {
+	v, _ := url.ParseQuery(q)
+	return v
 }
 
 func fmtBase(base string, args ...string) string {
@@ -407,4 +430,145 @@ func TestDecodeCustomResourceKindStatus(t *testing.T) {
 		{AuditID: "s-create", Verb: "create", User: "alice", Group: "example.com", Resource: "statuses", Namespace: "team-a", Name: "st", UID: "st-uid", RV: "11"},
 		{AuditID: "s-delete", Verb: "delete", User: "alice", Group: "example.com", Resource: "statuses", Namespace: "team-a", Name: "st", UID: "st-uid", RV: "12", Terminating: true},
 	}, []factView{viewOf(facts[0]), viewOf(facts[1])})
+}
+
+// TestDecodeTokenizer covers what the one-pass decoder treats specially: escapes in keys and
+// values, unknown fields of any shape, deep and large bodies it skips, and duplicate keys.
+func TestDecodeTokenizer(t *testing.T) {
+	resp := `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1","namespace":"team-a","uid":"w-uid","resourceVersion":"7001"}}`
+	kept := func(t *testing.T, events ...string) []Fact {
+		t.Helper()
+		facts, stats := decodeBody(t, eventList(events...))
+		require.Empty(t, stats.Dropped)
+		return facts
+	}
+	dropped := func(t *testing.T, want DropReason, events ...string) DecodeStats {
+		t.Helper()
+		facts, stats := decodeBody(t, eventList(events...))
+		require.Empty(t, facts)
+		require.Equal(t, map[DropReason]int{want: len(events)}, stats.Dropped)
+		return stats
+	}
+
+	t.Run("escaped keys and values are unescaped", func(t *testing.T) {
+		ev := crEvent("esc-1", "patch", "", `{}`,
+			`{"apiVersion":"example.com/v1","kind":"Widget","meta\u0064ata":{"name":"w\u00e9\ud83d\ude00","namespace":"team-a","uid":"w\/uid\\\"q\"","resourceVersion":"7\u0030\u00301"}}`)
+		ev = strings.Replace(ev, `"verb":"patch"`, `"v\u0065rb":"pat\u0063h"`, 1)
+		ev = strings.Replace(ev, `"username":"alice"`, `"username":"al\u0069ce\tx\n"`, 1)
+		facts := kept(t, ev)
+		require.Len(t, facts, 1)
+		require.Equal(t, "patch", facts[0].Verb)
+		require.Equal(t, "wé😀", facts[0].Name)
+		require.Equal(t, `w/uid\"q"`, facts[0].UID)
+		require.Equal(t, "7001", facts[0].ResourceVersion)
+		require.Equal(t, "alice\tx\n", facts[0].User.Username)
+	})
+	t.Run("an invalid surrogate or invalid UTF-8 becomes U+FFFD, as with encoding/json", func(t *testing.T) {
+		ev := crEvent("utf-1", "patch", "", `{}`,
+			`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"a\ud800b","uid":"u-`+"\xff"+`","resourceVersion":"1"}}`)
+		facts := kept(t, ev)
+		require.Equal(t, "a\uFFFDb", facts[0].Name)
+		require.Equal(t, "u-\uFFFD", facts[0].UID)
+	})
+	t.Run("an escaped & in the URI still parses its query", func(t *testing.T) {
+		ev := strings.Replace(crEvent("q-1", "patch", "w1", `{}`, resp), `/widgets/w1"`, `/widgets/w1?fieldManager=x\u0026dry\u0052un=All"`, 1)
+		dropped(t, DropDryRun, ev)
+		ev = strings.Replace(crEvent("q-2", "patch", "w1", `{}`, resp), `/widgets/w1"`, `/widgets/w1?fieldManager=x\u0026dry%52un=All"`, 1)
+		dropped(t, DropDryRun, ev)
+	})
+	t.Run("unknown fields of every shape are skipped", func(t *testing.T) {
+		ev := strings.Replace(crEvent("u-1", "patch", "w1", `{}`, resp), `"verb":"patch",`,
+			`"verb":"patch","x1":{"a":[1,-2.5e+3,true,false,null,{"b":"}"}]},"x2":[[],{}],"x3":"]","x4":-0,"x5":1E9,`, 1)
+		require.Len(t, kept(t, ev), 1)
+	})
+	t.Run("huge and deeply nested bodies are skipped", func(t *testing.T) {
+		deep := strings.Repeat(`{"a":[`, 4000) + `"x"` + strings.Repeat(`]}`, 4000)
+		big := `"` + strings.Repeat("0123456789abcdef", 1<<16) + `"`
+		body := `{"apiVersion":"example.com/v1","kind":"Widget","spec":` + deep + `,"data":` + big +
+			`,"metadata":{"name":"w1","namespace":"team-a","uid":"w-uid","resourceVersion":"7001","annotations":{"deep":` + deep + `}}}`
+		facts := kept(t, crEvent("big-1", "update", "w1", body, body))
+		require.Equal(t, "7001", facts[0].ResourceVersion)
+	})
+	t.Run("nesting beyond the limit fails the batch", func(t *testing.T) {
+		deep := strings.Repeat(`[`, maxDepth+1) + strings.Repeat(`]`, maxDepth+1)
+		_, _, err := Decode(strings.NewReader(string(eventList(crEvent("d-1", "patch", "w1", deep, resp)))), "r")
+		require.ErrorContains(t, err, "exceeded max depth")
+	})
+	t.Run("a duplicate of a field read here makes the event malformed", func(t *testing.T) {
+		for name, ev := range map[string]string{
+			"verb":     strings.Replace(crEvent("dup-1", "patch", "w1", `{}`, resp), `"verb":"patch",`, `"verb":"patch","verb":"get",`, 1),
+			"user":     strings.Replace(crEvent("dup-1", "patch", "w1", `{}`, resp), `"user":{`, `"user":{"username":"mallory"},"user":{`, 1),
+			"username": strings.Replace(crEvent("dup-1", "patch", "w1", `{}`, resp), `"username":"alice"`, `"username":"alice","username":"mallory"`, 1),
+			"metadata": crEvent("dup-1", "patch", "w1", `{}`, `{"kind":"Widget","metadata":{"uid":"w-uid","resourceVersion":"1"},"metadata":{"uid":"forged"}}`),
+			"resourceVersion": crEvent("dup-1", "patch", "w1", `{}`,
+				`{"kind":"Widget","metadata":{"uid":"w-uid","resourceVersion":"1","resourceVersion":"2"}}`),
+			"escaped duplicate": crEvent("dup-1", "patch", "w1", `{}`, `{"kind":"Widget","metadata":{"uid":"w-uid","\u0075id":"forged"}}`),
+		} {
+			t.Run(name, func(t *testing.T) {
+				stats := dropped(t, DropMalformed, ev)
+				require.Equal(t, []MalformedEvent{{Index: 0, AuditID: "dup-1"}}, stats.Malformed)
+			})
+		}
+	})
+	t.Run("duplicates of fields not read here are ignored", func(t *testing.T) {
+		ev := crEvent("dup-2", "patch", "w1", `{"a":1,"a":2}`,
+			`{"kind":"Widget","spec":{},"spec":[],"metadata":{"uid":"w-uid","resourceVersion":"1","labels":{},"labels":{}}}`)
+		require.Len(t, kept(t, ev), 1)
+	})
+	t.Run("a wrong type in a field read here is malformed, and named", func(t *testing.T) {
+		for name, ev := range map[string]string{
+			"code as a string":   strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"code":200`, `"code":"200"`, 1),
+			"code with fraction": strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"code":200`, `"code":200.0`, 1),
+			"code out of range":  strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"code":200`, `"code":4294967496`, 1),
+			"groups not a list":  strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"groups":["system:authenticated"]`, `"groups":"system:masters"`, 1),
+			"a group not a string": strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"groups":["system:authenticated"]`,
+				`"groups":["a",{}]`, 1),
+			"objectRef a list":        strings.Replace(crEvent("ty-1", "patch", "w1", `{}`, resp), `"objectRef":{`, `"objectRef":[],"x":{`, 1),
+			"responseObject a string": crEvent("ty-1", "patch", "w1", `{}`, `"Widget"`),
+		} {
+			t.Run(name, func(t *testing.T) {
+				stats := dropped(t, DropMalformed, ev)
+				require.Equal(t, []MalformedEvent{{Index: 0, AuditID: "ty-1"}}, stats.Malformed)
+			})
+		}
+	})
+	t.Run("a duplicate list field fails the batch", func(t *testing.T) {
+		_, _, err := Decode(strings.NewReader(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[],"items":[]}`), "r")
+		require.ErrorContains(t, err, `duplicate field "items"`)
+	})
+	t.Run("syntax errors anywhere fail the batch, naming the offset and at most one character", func(t *testing.T) {
+		for _, body := range []string{
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a":tru}`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a":"\x"}`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a":"`+"\n"+`"}`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a":01}`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a":1.}`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a" 1}`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `[1,]`, resp))),
+			string(eventList(crEvent("s-1", "patch", "w1", `{"a":"\u12"}`, resp))),
+			`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]`,
+		} {
+			facts, _, err := Decode(strings.NewReader(body), "r")
+			require.ErrorContains(t, err, "invalid JSON at offset", body)
+			require.Nil(t, facts)
+			require.Less(t, len(err.Error()), 200)
+		}
+	})
+}
+
+// TestDecodeAgreesWithEncodingJSON checks the tokenizer's syntax verdict against json.Valid on
+// the fixtures cut at every few bytes: a body is decoded exactly when it is valid JSON.
+func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
+	for _, file := range []string{"delete-finalizer.json", "deletecollection.json", "scale.json", "apply.json"} {
+		body := fixture(t, filepath.Join("testdata", file))
+		for cut := 0; cut <= len(body); cut += 7 {
+			b := body[:cut]
+			_, _, err := Decode(bytes.NewReader(b), "r")
+			if json.Valid(b) {
+				require.NoError(t, err, "%s cut at %d", file, cut)
+			} else {
+				require.ErrorContains(t, err, "invalid JSON", "%s cut at %d", file, cut)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 const DefaultMaxBodyBytes int64 = 10 << 20
 
 // FactStore makes facts durable. internal/attribution implements it. StoreFacts returns nil
-// only once every fact is stored; the handler acknowledges the batch only then.
+// only once every fact is stored; the handler acknowledges the batch only then. The facts and
+// everything they point to belong to the handler: StoreFacts must not keep them after it
+// returns (the handler reuses their memory for the next batch).
 type FactStore interface {
 	StoreFacts(ctx context.Context, facts []Fact) error
 }
@@ -133,26 +136,33 @@ func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid route: want a DNS label (lower-case alphanumerics and '-', at most 63 characters)", http.StatusNotFound)
 		return
 	}
+	start := time.Now()
+	defer func() { h.metrics.observeHandler(route, time.Since(start)) }()
 	log := h.log.With("route", route)
 	if r.ContentLength > h.max {
 		log.Warn("audit batch too large", "contentLength", r.ContentLength, "limit", h.max)
 		http.Error(w, fmt.Sprintf("body exceeds %d bytes", h.max), http.StatusRequestEntityTooLarge)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.max+1))
+	buf := getBody(r.ContentLength)
+	defer putBody(buf)
+	body, err := readBody(r.Body, *buf, h.max)
+	*buf = body[:0] // keep what the read grew
+	if errors.Is(err, errTooLarge) {
+		log.Warn("audit batch too large", "limit", h.max)
+		http.Error(w, fmt.Sprintf("body exceeds %d bytes", h.max), http.StatusRequestEntityTooLarge)
+		return
+	}
 	if err != nil {
 		log.Warn("reading audit batch", "err", err)
 		http.Error(w, "unable to read body", http.StatusBadRequest)
 		return
 	}
-	if int64(len(body)) > h.max {
-		log.Warn("audit batch too large", "limit", h.max)
-		http.Error(w, fmt.Sprintf("body exceeds %d bytes", h.max), http.StatusRequestEntityTooLarge)
-		return
-	}
 	h.metrics.batchBytes.Observe(float64(len(body)))
 
-	facts, stats, err := decodeBytes(body, route)
+	d := getDecoder()
+	defer putDecoder(d) // after the store returned: the facts live in d
+	facts, stats, err := d.decode(body, route)
 	if err != nil {
 		log.Warn("undecodable audit batch", "err", err, "bytes", len(body))
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -174,6 +184,67 @@ func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Debug("audit batch stored", "events", stats.Events, "facts", stats.Kept)
 	w.WriteHeader(http.StatusOK)
+}
+
+// Bodies are read into reused buffers: a batch costs no allocation that grows with its size
+// once a buffer as large as the batches is kept. Unlike a sync.Pool, the few kept buffers are
+// not dropped by every garbage collection.
+var bodies = make(chan *[]byte, 4)
+
+// minBodyBuffer is the first size of a buffer for a body of unknown length.
+const minBodyBuffer = 64 << 10
+
+// getBody returns a pooled buffer (length 0) with room for a body of contentLength bytes (the
+// caller checked it against the limit) and one more, to tell a body longer than declared.
+func getBody(contentLength int64) *[]byte {
+	want := minBodyBuffer
+	if contentLength >= 0 {
+		want = int(contentLength) + 1
+	}
+	select {
+	case p := <-bodies:
+		if cap(*p) >= want {
+			return p
+		}
+		// Too small for this body: drop it, so that the kept buffers grow to the batch size.
+	default:
+	}
+	b := make([]byte, 0, want)
+	return &b
+}
+
+func putBody(p *[]byte) {
+	*p = (*p)[:0]
+	select {
+	case bodies <- p:
+	default:
+	}
+}
+
+var errTooLarge = errors.New("body exceeds the limit")
+
+// readBody appends r to buf until EOF and returns it; errTooLarge once more than limit bytes were
+// read. It grows buf only when the body is longer than buf's capacity.
+func readBody(r io.Reader, buf []byte, limit int64) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return buf, errTooLarge
+			}
+			buf = slices.Grow(buf, min(max(cap(buf), minBodyBuffer), int(limit)+1-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return buf, errTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // maxLoggedMalformed bounds how many malformed events one log line names.

@@ -35,8 +35,48 @@ func (s *fakeStore) StoreFacts(_ context.Context, facts []Fact) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.batches = append(s.batches, facts)
+	// The handler reuses the facts' memory after StoreFacts returns: keep a deep copy.
+	c := make([]Fact, len(facts))
+	for i, f := range facts {
+		c[i] = cloneFact(f)
+	}
+	s.batches = append(s.batches, c)
 	return nil
+}
+
+// cloneFact copies f and everything it points to.
+func cloneFact(f Fact) Fact {
+	c := f
+	for _, p := range []*string{&c.Route, &c.Group, &c.Resource, &c.Subresource, &c.Namespace, &c.Name, &c.UID,
+		&c.ResourceVersion, &c.Verb, &c.AuditID, &c.LabelSelector, &c.User.Username, &c.User.UID} {
+		*p = strings.Clone(*p)
+	}
+	if f.User.Groups != nil {
+		c.User.Groups = make([]string, len(f.User.Groups))
+		for i, g := range f.User.Groups {
+			c.User.Groups[i] = strings.Clone(g)
+		}
+	}
+	if f.User.Extra != nil {
+		c.User.Extra = make(map[string][]string, len(f.User.Extra))
+		for k, vs := range f.User.Extra {
+			var cv []string
+			if vs != nil {
+				cv = make([]string, len(vs))
+				for i, v := range vs {
+					cv[i] = strings.Clone(v)
+				}
+			}
+			c.User.Extra[strings.Clone(k)] = cv
+		}
+	}
+	if f.DeletedUIDs != nil {
+		c.DeletedUIDs = make([]string, len(f.DeletedUIDs))
+		for i, u := range f.DeletedUIDs {
+			c.DeletedUIDs[i] = strings.Clone(u)
+		}
+	}
+	return c
 }
 
 func (s *fakeStore) stored() [][]Fact {
@@ -177,6 +217,44 @@ func TestHandlerStoresFacts(t *testing.T) {
 	require.Equal(t, [][]Fact{want}, h.store.stored())
 	require.Equal(t, 3.0, testutil.ToFloat64(h.metrics.events.WithLabelValues(ResultKept)))
 	require.Equal(t, 1, testutil.CollectAndCount(h.metrics.batchBytes))
+	require.Equal(t, 1, testutil.CollectAndCount(h.metrics.handler), "one route observed")
+	require.Equal(t, []string{"route=prod-eu-1"}, gatherLabels(t, h.metrics.handler))
+
+	// The next batches reuse the body buffer and the decoder's memory: what was stored before
+	// must not change, and a larger body of unknown length is read whole.
+	other := fixture(t, "testdata/scale.json")
+	for _, b := range [][]byte{other, body, append(append([]byte{}, other...), bytes.Repeat([]byte(" "), 3*minBodyBuffer)...)} {
+		req := httptest.NewRequest(http.MethodPost, "/audit/prod-eu-1", bytes.NewReader(b))
+		req.ContentLength = -1
+		req.Header.Set("Authorization", "Bearer "+goodToken)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	stored := h.store.stored()
+	require.Len(t, stored, 4)
+	require.Equal(t, want, stored[0])
+	require.Equal(t, want, stored[2])
+	require.Equal(t, stored[1], stored[3])
+	require.Len(t, stored[1], 3)
+}
+
+// gatherLabels lists the label pairs of every series of c, as "name=value".
+func gatherLabels(t *testing.T, c prometheus.Collector) []string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var out []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				out = append(out, l.GetName()+"="+l.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 func TestHandlerDropMetrics(t *testing.T) {

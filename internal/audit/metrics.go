@@ -2,6 +2,7 @@ package audit
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -12,6 +13,7 @@ type Metrics struct {
 	requests   *prometheus.CounterVec
 	events     *prometheus.CounterVec
 	duration   prometheus.Histogram
+	handler    *prometheus.HistogramVec
 	batchBytes prometheus.Histogram
 }
 
@@ -36,6 +38,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to answer an audit webhook request, including storing its facts.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		handler: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubescribe_audit_handler_duration_seconds",
+			Help:    "Time to answer a POST /audit/{route} from an authenticated caller with a valid route, by route: reading, decoding and storing the batch.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route"}),
 		batchBytes: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kubescribe_audit_batch_bytes",
 			Help:    "Size of the audit EventList bodies read (within the body limit).",
@@ -57,4 +64,8 @@ func (m *Metrics) observeStats(s DecodeStats) {
 	for r, n := range s.Dropped {
 		m.events.WithLabelValues(string(r)).Add(float64(n))
 	}
+}
+
+func (m *Metrics) observeHandler(route string, d time.Duration) {
+	m.handler.WithLabelValues(route).Observe(d.Seconds())
 }

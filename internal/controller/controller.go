@@ -1,4 +1,5 @@
-// Package controller turns kubescribe's CRDs (GitProvider, GitTarget, WatchRule) into desired
+// Package controller turns kubescribe's CRDs (GitProvider, GitTarget, WatchRule,
+// ClusterWatchRule) into desired
 // state: it tells the git router where each target's changes go and the watch side which
 // streams WatchRules want, and reads back what they report into status conditions. It does not
 // carry changes: those flow watch -> attribution -> git without passing through here.
@@ -9,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -66,6 +69,8 @@ type Options struct {
 	// CommitRequestTTL is how long a finished CommitRequest is kept before the controller
 	// deletes it; 0 keeps it.
 	CommitRequestTTL time.Duration
+	// Registerer, when set, receives the controller's metrics.
+	Registerer prometheus.Registerer
 }
 
 type kind string
@@ -76,6 +81,10 @@ const (
 	kindRule     kind = "WatchRule"
 	// kindCommitRequest is driven by commitrequest.go.
 	kindCommitRequest kind = "CommitRequest"
+	// kindClusterRule objects are cluster-scoped: their keys have no namespace.
+	kindClusterRule kind = "ClusterWatchRule"
+	// kindNamespace is watched (never reconciled) for ClusterWatchRule namespaceSelectors.
+	kindNamespace kind = "Namespace"
 )
 
 type key struct {
@@ -128,6 +137,15 @@ func New(opts Options) (*Controller, error) {
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[key](time.Second, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "kubescribe"})
+	if opts.Registerer != nil {
+		err := opts.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kubescribe_controller_queue_depth",
+			Help: "Objects (GitProviders, GitTargets, WatchRules) waiting to be reconciled.",
+		}, func() float64 { return float64(c.queue.Len()) }))
+		if err != nil {
+			return nil, fmt.Errorf("controller: registering metrics: %w", err)
+		}
+	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 0)
 	c.informers = map[kind]cache.SharedIndexInformer{
 		kindProvider: c.factory.ForResource(v1alpha1.GitProvidersResource).Informer(),
@@ -135,13 +153,23 @@ func New(opts Options) (*Controller, error) {
 		kindRule:     c.factory.ForResource(v1alpha1.WatchRulesResource).Informer(),
 
 		kindCommitRequest: c.factory.ForResource(v1alpha1.CommitRequestsResource).Informer(),
+		kindClusterRule:   c.factory.ForResource(v1alpha1.ClusterWatchRulesResource).Informer(),
+		kindNamespace:     c.factory.ForResource(namespacesResource).Informer(),
 	}
 	for k, inf := range c.informers {
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		handler := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.enqueueObject(k, obj) },
 			UpdateFunc: func(_, obj any) { c.enqueueObject(k, obj) },
 			DeleteFunc: func(obj any) { c.enqueueObject(k, obj) },
-		})
+		}
+		if k == kindNamespace {
+			handler = cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(any) { c.enqueueSelectingClusterRules() },
+				UpdateFunc: func(_, _ any) { c.enqueueSelectingClusterRules() },
+				DeleteFunc: func(any) { c.enqueueSelectingClusterRules() },
+			}
+		}
+		_, err := inf.AddEventHandler(handler)
 		if err != nil {
 			return nil, fmt.Errorf("controller: adding %s handler: %w", k, err)
 		}
@@ -167,6 +195,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); c.followRouter(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); c.followSources(ctx) }()
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -208,6 +238,24 @@ func (c *Controller) followRouter(ctx context.Context) {
 	}
 }
 
+// followSources re-evaluates every WatchRule and ClusterWatchRule when the discovery catalog of
+// the source cluster changed (a CRD became served, an aggregated API came or went), so a rule
+// resolves afresh without waiting for its periodic re-check.
+func (c *Controller) followSources(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.opts.Sources.Updates():
+			if slices.Contains(c.opts.Sources.Changed(), c.opts.Cluster) {
+				c.log.Debug("discovery catalog changed; re-evaluating every rule", "cluster", c.opts.Cluster)
+				c.enqueueAll(kindRule)
+				c.enqueueAll(kindClusterRule)
+			}
+		}
+	}
+}
+
 func (c *Controller) processNext(ctx context.Context) bool {
 	k, shutdown := c.queue.Get()
 	if shutdown {
@@ -224,6 +272,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		err = c.syncRule(ctx, k.NamespacedName)
 	case kindCommitRequest:
 		err = c.syncCommitRequest(ctx, k.NamespacedName)
+	case kindClusterRule:
+		err = c.syncClusterRule(ctx, k.NamespacedName)
 	}
 	if apierrors.IsConflict(err) {
 		// The cache was behind the object (typically right after our own write): try again.
@@ -258,7 +308,11 @@ func (c *Controller) enqueue(k kind, name types.NamespacedName) {
 // get reads an object of kind k from the informer cache into out (a pointer to a typed API
 // object, which is a fresh copy). It reports false when the object does not exist.
 func (c *Controller) get(k kind, name types.NamespacedName, out runtime.Object) (bool, error) {
-	obj, exists, err := c.informers[k].GetIndexer().GetByKey(name.String())
+	cacheKey := name.String()
+	if name.Namespace == "" {
+		cacheKey = name.Name // a cluster-scoped object's key has no namespace part
+	}
+	obj, exists, err := c.informers[k].GetIndexer().GetByKey(cacheKey)
 	if err != nil || !exists {
 		return false, err
 	}

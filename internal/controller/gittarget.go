@@ -3,9 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
@@ -20,9 +24,11 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		return err
 	}
 	defer c.enqueueReferencing(kindRule, name.Namespace, "targetRef", name.Name)
+	defer c.enqueueClusterRulesFor(name)
 	if !exists {
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)
+		c.enqueueAllTargets() // one refused for overlapping this one may write now
 		return nil
 	}
 	before := t.Status.DeepCopy()
@@ -76,6 +82,11 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 	if !ok {
 		return unroute(v1alpha1.ReasonProviderNotReady, fmt.Sprintf("GitProvider %q is not Ready", providerName.Name))
 	}
+	if other, ok := c.overlappingTarget(name, t, remote.URL); ok {
+		return unroute(v1alpha1.ReasonPathOverlap, fmt.Sprintf(
+			"folder %q of branch %q overlaps the folder %q of GitTarget %s, which writes to the same repository branch and is older; give each GitTarget a folder of its own",
+			cleanPath(t.Spec.Path), t.Spec.Branch, cleanPath(other.Spec.Path), types.NamespacedName{Namespace: other.Namespace, Name: other.Name}))
+	}
 	if err := c.opts.Router.Route(name, git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path}); err != nil {
 		return false, v1alpha1.ReasonInvalidSpec, err.Error()
 	}
@@ -90,4 +101,68 @@ func (c *Controller) isProviderReady(name types.NamespacedName) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.providerReady[name]
+}
+
+// overlappingTarget returns an older GitTarget (by creation, then namespace/name) whose folder
+// overlaps t's on the same branch of the same repository (the URLs of their GitProviders).
+// Two writers of one folder would undo each other's sweeps; the older one keeps it.
+func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.GitTarget, url string) (*v1alpha1.GitTarget, bool) {
+	var found *v1alpha1.GitTarget
+	for _, obj := range c.informers[kindTarget].GetIndexer().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || (u.GetNamespace() == name.Namespace && u.GetName() == name.Name) {
+			continue
+		}
+		var other v1alpha1.GitTarget
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &other) != nil || other.Spec.Branch != t.Spec.Branch {
+			continue
+		}
+		if !pathsOverlap(other.Spec.Path, t.Spec.Path) || !olderTarget(&other, t) {
+			continue
+		}
+		var p v1alpha1.GitProvider
+		exists, err := c.get(kindProvider, types.NamespacedName{Namespace: other.Namespace, Name: other.Spec.ProviderRef.Name}, &p)
+		if err != nil || !exists || !sameRepository(p.Spec.URL, url) {
+			continue
+		}
+		if found == nil || olderTarget(&other, found) {
+			found = other.DeepCopy()
+		}
+	}
+	return found, found != nil
+}
+
+// olderTarget orders GitTargets by creation, then by namespace/name.
+func olderTarget(a, b *v1alpha1.GitTarget) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+// cleanPath is a folder as the layout uses it: "" for the repository root.
+func cleanPath(p string) string { return strings.TrimPrefix(path.Clean("/"+p), "/") }
+
+// pathsOverlap reports whether one folder equals or contains the other.
+func pathsOverlap(a, b string) bool {
+	a, b = cleanPath(a), cleanPath(b)
+	return a == "" || b == "" || a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+// sameRepository compares repository URLs, ignoring case, a trailing "/" and ".git".
+func sameRepository(a, b string) bool {
+	norm := func(s string) string {
+		s = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), "/")
+		return strings.TrimSuffix(s, ".git")
+	}
+	return norm(a) == norm(b)
+}
+
+// enqueueAllTargets re-evaluates every GitTarget.
+func (c *Controller) enqueueAllTargets() {
+	for _, obj := range c.informers[kindTarget].GetIndexer().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.enqueue(kindTarget, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
+		}
+	}
 }

@@ -315,3 +315,57 @@ func TestSyncTargetForgetsDeletedTargetPushes(t *testing.T) {
 	require.Empty(t, got.Status.LastCommit)
 	require.Nil(t, got.Status.LastPushTime)
 }
+
+// TestSyncTargetRefusesOverlappingFolders: two GitTargets whose folders overlap on one branch
+// of one repository would undo each other's sweeps; the older keeps writing, the other is
+// refused with a condition naming it. Another branch, or a folder beside it, is fine; once the
+// older one is deleted, the other writes.
+func TestSyncTargetRefusesOverlappingFolders(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{
+			newProvider("git", bareRepo),
+			newTarget("a-apps", "git", "main", "apps"),
+			newTarget("b-web", "git", "main", "apps/web/"),
+			newTarget("c-db", "git", "main", "db"),
+			newTarget("d-apps", "git", "staging", "apps"),
+		},
+		secrets: []runtime.Object{credsSecret()},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	for _, name := range []string{"a-apps", "b-web", "c-db", "d-apps"} {
+		require.NoError(t, f.syncTarget(name))
+	}
+	for _, name := range []string{"a-apps", "c-db", "d-apps"} {
+		got := f.target(name)
+		requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	}
+	got := f.target("b-web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonPathOverlap,
+		`folder "apps/web"`, "GitTarget team-a/a-apps", `folder "apps"`)
+	_, routed := f.route("b-web")
+	require.False(t, routed)
+
+	require.NoError(t, f.dyn.Resource(v1alpha1.GitTargetsResource).Namespace(testNS).Delete(context.Background(), "a-apps", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, exists, _ := f.c.informers[kindTarget].GetIndexer().GetByKey(nn("a-apps").String())
+		return !exists
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, f.c.syncTarget(f.ctx, nn("a-apps")))
+	require.NoError(t, f.syncTarget("b-web"))
+	got = f.target("b-web")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
+}
+
+func TestPathsOverlap(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{
+		{"", "apps", true}, {"/", "apps", true}, {"apps", "apps/", true}, {"apps", "apps/web", true},
+		{"apps/web", "apps", true}, {"apps", "apps-2", false}, {"apps/web", "apps/db", false},
+	} {
+		require.Equal(t, tt.want, pathsOverlap(tt.a, tt.b), "%q %q", tt.a, tt.b)
+	}
+	require.True(t, sameRepository("https://git.example.com/org/repo.git", "https://GIT.example.com/org/repo/"))
+	require.False(t, sameRepository("https://git.example.com/org/repo", "https://git.example.com/org/other"))
+}

@@ -51,8 +51,9 @@ const (
 const bareRepo = "file:///the-fixture-bare-repository.git"
 
 var (
-	configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	widgetsGVR    = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	configMapsGVR   = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	widgetsGVR      = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	clusterRolesGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 )
 
 func nn(name string) types.NamespacedName {
@@ -212,6 +213,19 @@ func (d rawDiscovery) ServerPreferredResources() ([]*metav1.APIResourceList, err
 	return d.lists, d.err
 }
 
+// ServerGroupsAndResources serves the lists as given; the first list of a group is its
+// preferred version.
+func (d rawDiscovery) ServerGroupsAndResourcesWithContext(context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	return d.ServerGroupsAndResources()
+}
+
+func (d rawDiscovery) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+	fd := kubefake.NewClientset().Discovery().(*fakediscovery.FakeDiscovery)
+	fd.Resources = d.lists
+	groups, lists, _ := fd.ServerGroupsAndResources()
+	return groups, lists, d.err
+}
+
 // ---------------------------------------------------------------------------------------------
 // Object builders.
 
@@ -349,11 +363,14 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		objs = append(objs, toUnstructured(t, o))
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		v1alpha1.GitProvidersResource: "GitProviderList",
-		v1alpha1.GitTargetsResource:   "GitTargetList",
-		v1alpha1.WatchRulesResource:   "WatchRuleList",
-		configMapsGVR:                 "ConfigMapList",
-		widgetsGVR:                    "WidgetList",
+		v1alpha1.GitProvidersResource:      "GitProviderList",
+		v1alpha1.GitTargetsResource:        "GitTargetList",
+		v1alpha1.WatchRulesResource:        "WatchRuleList",
+		v1alpha1.ClusterWatchRulesResource: "ClusterWatchRuleList",
+		namespacesResource:                 "NamespaceList",
+		clusterRolesGVR:                    "ClusterRoleList",
+		configMapsGVR:                      "ConfigMapList",
+		widgetsGVR:                         "WidgetList",
 
 		v1alpha1.CommitRequestsResource: "CommitRequestList",
 	}, objs...)

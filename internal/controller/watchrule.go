@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,94 +25,205 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 		return err
 	}
 	if !exists {
-		if source := c.opts.Sources.Cluster(c.opts.Cluster); source != nil {
-			source.Remove(owner)
-		}
+		c.removeOwner(owner)
 		return nil
 	}
 	before := r.Status.DeepCopy()
-	ready, reason, msg, recheck := c.evaluateRule(&r)
-	status := conditionStatus(ready)
-	if reason == v1alpha1.ReasonProgressing {
-		status = metav1.ConditionUnknown // the initial list has not finished: not known yet
-	}
-	setCondition(&r.Status.Conditions, r.Generation, status, reason, "%s", msg)
+	out := c.evaluate(ruleRequest{
+		owner:          owner,
+		target:         types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.TargetRef.Name},
+		rules:          r.Spec.Rules,
+		namespacedOnly: true,
+		namespaces:     []string{r.Namespace},
+		scope:          fmt.Sprintf("in namespace %q", r.Namespace),
+	})
+	out.apply(&r.Status.Conditions, r.Generation)
+	r.Status.Resources = out.resources
 	r.Status.ObservedGeneration = r.Generation
 	if err := c.writeStatus(ctx, v1alpha1.WatchRulesResource, &r, before, &r.Status); err != nil {
 		return err
 	}
-	if recheck > 0 {
-		c.queue.AddAfter(key{kindRule, name}, recheck)
+	if out.recheck > 0 {
+		c.queue.AddAfter(key{kindRule, name}, out.recheck)
 	}
 	return nil
 }
 
-// evaluateRule starts or stops the rule's streams and says how it stands. r.Status.Resources
-// is filled in.
-func (c *Controller) evaluateRule(r *v1alpha1.WatchRule) (ready bool, reason, msg string, recheck time.Duration) {
-	owner := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}.String()
+func (c *Controller) removeOwner(owner string) {
+	if source := c.opts.Sources.Cluster(c.opts.Cluster); source != nil {
+		source.Remove(owner)
+	}
+}
+
+// ruleRequest is what a WatchRule or ClusterWatchRule asks of the watch side.
+type ruleRequest struct {
+	owner  string
+	target types.NamespacedName
+	rules  []v1alpha1.ResourceRule
+	// namespacedOnly leaves cluster-scoped resources out (a WatchRule).
+	namespacedOnly bool
+	// namespaces namespaced resources are watched in; nil: every namespace.
+	namespaces []string
+	// scope describes where namespaced resources are watched, for messages.
+	scope string
+	// invalid, when set, is why the request cannot be served (an InvalidSpec message).
+	invalid string
+}
+
+// ruleOutcome is how a rule stands: its Ready condition, its ResourcesResolved condition (nil
+// when the rules were not resolved) and the resources it resolved to.
+type ruleOutcome struct {
+	ready     metav1.ConditionStatus
+	reason    string
+	msg       string
+	resolved  *metav1.Condition
+	resources []string
+	recheck   time.Duration
+}
+
+// apply writes the outcome's conditions.
+func (o ruleOutcome) apply(conds *[]metav1.Condition, generation int64) {
+	setCondition(conds, generation, o.ready, o.reason, "%s", o.msg)
+	if o.resolved == nil {
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionResourcesResolved)
+		return
+	}
+	cond := *o.resolved
+	cond.ObservedGeneration = generation
+	meta.SetStatusCondition(conds, cond)
+}
+
+// evaluate starts or stops the streams req asks for and says how the rule stands.
+func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	source := c.opts.Sources.Cluster(c.opts.Cluster)
 	// stop ends the rule's streams: it mirrors nothing while it is not Ready for this reason.
-	stop := func(reason, msg string, recheck time.Duration) (bool, string, string, time.Duration) {
+	stop := func(reason, msg string, recheck time.Duration) ruleOutcome {
 		if source != nil {
-			source.Remove(owner)
+			source.Remove(req.owner)
 		}
-		r.Status.Resources = nil
-		return false, reason, msg, recheck
+		return ruleOutcome{ready: metav1.ConditionFalse, reason: reason, msg: msg, recheck: recheck}
 	}
 	if source == nil {
 		return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("source cluster %q is not registered", c.opts.Cluster), notReadyRecheck)
 	}
-	for i := range r.Spec.Rules {
-		if r.Spec.Rules[i].HasExclusions() {
+	for i := range req.rules {
+		if req.rules[i].HasExclusions() {
 			return stop(v1alpha1.ReasonInvalidSpec,
 				fmt.Sprintf("rules[%d]: excludeFieldManagers and excludeUsers are not supported by this version of kubescribe; remove them", i), 0)
 		}
 	}
-	targetName := types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.TargetRef.Name}
-	var t v1alpha1.GitTarget
-	if exists, err := c.get(kindTarget, targetName, &t); err != nil || !exists {
-		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", targetName.Name, targetName.Namespace), 0)
+	if req.invalid != "" {
+		return stop(v1alpha1.ReasonInvalidSpec, req.invalid, 0)
 	}
-	if !c.opts.Router.Routed(targetName) {
-		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", targetName.Name), 0)
+	var t v1alpha1.GitTarget
+	if exists, err := c.get(kindTarget, req.target, &t); err != nil || !exists {
+		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", req.target.Name, req.target.Namespace), 0)
+	}
+	if !c.opts.Router.Routed(req.target) {
+		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", req.target.Name), 0)
 	}
 
-	res, err := source.Resolve(selectors(r.Spec.Rules), true)
+	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
 	if err != nil {
-		return false, v1alpha1.ReasonWatchFailed, err.Error(), notReadyRecheck
+		return stop(v1alpha1.ReasonWatchFailed, err.Error(), notReadyRecheck)
 	}
+	unresolved := describeUnresolved(req.rules, res.Unresolved)
 	if len(res.Resources) == 0 {
-		return stop(v1alpha1.ReasonNoResourcesMatched,
-			"no namespaced resource the cluster serves matches the rules"+describeIgnored(res), notReadyRecheck)
+		what := "resource"
+		if req.namespacedOnly {
+			what = "namespaced resource"
+		}
+		msg := "no " + what + " the cluster serves matches the rules"
+		if unresolved != "" {
+			msg += ": " + unresolved
+		}
+		msg += describeIgnored(res)
+		out := stop(v1alpha1.ReasonNoResourcesMatched, msg, notReadyRecheck)
+		out.resolved = &metav1.Condition{Type: v1alpha1.ConditionResourcesResolved, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.ReasonNoResourcesMatched, Message: msg}
+		return out
+	}
+
+	namespaces := req.namespaces
+	if namespaces == nil {
+		namespaces = []string{""}
 	}
 	specs := make([]watch.StreamSpec, 0, len(res.Resources))
-	r.Status.Resources = r.Status.Resources[:0]
+	var resources []string
 	for _, rr := range res.Resources {
-		specs = append(specs, watch.StreamSpec{
-			Target:     targetName,
-			GVR:        rr.GVR,
-			Namespace:  r.Namespace,
-			Operations: rr.Operations,
-		})
-		r.Status.Resources = append(r.Status.Resources, v1alpha1.FormatResource(rr.GVR))
+		scopes := []string{""}
+		if rr.Namespaced {
+			scopes = namespaces
+		}
+		for _, ns := range scopes {
+			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations})
+		}
+		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
-	slices.Sort(r.Status.Resources)
-	source.Set(owner, specs)
+	slices.Sort(resources)
+	source.Set(req.owner, specs)
 
-	synced, werr := source.Status(owner)
+	out := ruleOutcome{resources: resources}
+	list := strings.Join(resources, ", ")
+	if unresolved == "" {
+		out.resolved = &metav1.Condition{Type: v1alpha1.ConditionResourcesResolved, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonResolved, Message: "resolved to " + list + describeIgnored(res)}
+	} else {
+		out.resolved = &metav1.Condition{Type: v1alpha1.ConditionResourcesResolved, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.ReasonPartiallyResolved, Message: fmt.Sprintf("resolved to %s; unresolved: %s", list, unresolved)}
+	}
+	synced, werr := source.Status(req.owner)
 	switch {
 	case werr != nil:
-		return false, v1alpha1.ReasonWatchFailed, fmt.Sprintf("watching %s: %v", strings.Join(r.Status.Resources, ", "), werr), notReadyRecheck
+		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonWatchFailed, fmt.Sprintf("watching %s: %v", list, werr), notReadyRecheck
 	case !synced:
-		return false, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", strings.Join(r.Status.Resources, ", ")), progressRecheck
+		// The initial list has not finished: not known yet.
+		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionUnknown, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", list), progressRecheck
+	case unresolved != "":
+		out.ready, out.reason, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonPartiallyResolved, notReadyRecheck
+		out.msg = fmt.Sprintf("watching %s %s, but some entries resolve to nothing: %s", list, req.scope, unresolved)
+	default:
+		out.ready, out.reason, out.recheck = metav1.ConditionTrue, v1alpha1.ReasonReady, targetRecheck
+		out.msg = fmt.Sprintf("watching %s %s", list, req.scope) + describeIgnored(res)
 	}
-	msg = fmt.Sprintf("watching %s in namespace %q", strings.Join(r.Status.Resources, ", "), r.Namespace) + describeIgnored(res)
-	return true, v1alpha1.ReasonReady, msg, targetRecheck
+	return out
 }
 
-// describeIgnored is the note a WatchRule's Ready message carries about resources its rules
-// select that are not mirrored.
+// describeUnresolved names each rules[i] entry that resolved to nothing and why, in a form a
+// user can act on.
+func describeUnresolved(rules []v1alpha1.ResourceRule, unresolved []watch.Unresolved) string {
+	parts := make([]string, 0, len(unresolved))
+	for _, u := range unresolved {
+		var why string
+		switch u.Reason {
+		case watch.UnresolvedNotServed:
+			why = "not served by the cluster (yet): install its CRD and wait until it is established, or check that its aggregated API is available"
+		case watch.UnresolvedVersionNotServed:
+			why = fmt.Sprintf("served, but in none of apiVersions %v", rules[u.Selector].APIVersions)
+		case watch.UnresolvedNotListable:
+			why = "served without the list and watch verbs, so it cannot be mirrored"
+		case watch.UnresolvedSecret:
+			why = "Secrets are never mirrored, their data would reach Git unencrypted"
+		case watch.UnresolvedClusterScoped:
+			why = "cluster-scoped, and a WatchRule mirrors only its own namespace: use a ClusterWatchRule"
+		default:
+			why = string(u.Reason)
+		}
+		parts = append(parts, fmt.Sprintf("rules[%d] %q in apiGroups %s: %s (%s)", u.Selector, u.Resource, formatGroups(rules[u.Selector].APIGroups), why, u.Reason))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func formatGroups(groups []string) string {
+	quoted := make([]string, len(groups))
+	for i, g := range groups {
+		quoted[i] = fmt.Sprintf("%q", g)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// describeIgnored is the note a rule's messages carry about resources its wildcards select
+// that are not mirrored.
 func describeIgnored(res watch.Resolution) string {
 	var msg string
 	if len(res.ClusterScoped) > 0 {
@@ -133,11 +244,16 @@ func formatResources(gvrs []schema.GroupVersionResource) string {
 	return strings.Join(out, ", ")
 }
 
-// selectors turns a WatchRule's rules into watch selectors.
+// selectors turns rules into watch selectors.
 func selectors(rules []v1alpha1.ResourceRule) []watch.Selector {
 	out := make([]watch.Selector, len(rules))
 	for i := range rules {
-		out[i] = watch.Selector{APIGroups: rules[i].APIGroups, Resources: rules[i].Resources, Operations: watchOps(rules[i].GetOperations())}
+		out[i] = watch.Selector{
+			APIGroups:   rules[i].APIGroups,
+			APIVersions: rules[i].APIVersions,
+			Resources:   rules[i].Resources,
+			Operations:  watchOps(rules[i].GetOperations()),
+		}
 	}
 	return out
 }

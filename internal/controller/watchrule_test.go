@@ -249,8 +249,9 @@ func TestSyncRuleDiscoveryFails(t *testing.T) {
 		"discovering", "unable to handle the request")
 }
 
-// TestSyncRuleRediscovers: a rule that matched nothing looks at discovery afresh next time, so
-// a CRD installed in the meantime is found although discovery is cached.
+// TestSyncRuleRediscovers: a rule that matched nothing resolves once the cluster's discovery
+// catalog is refreshed, so a CRD installed in the meantime is found although discovery is
+// cached.
 func TestSyncRuleRediscovers(t *testing.T) {
 	f := newFixture(t, fixtureConfig{
 		objects: append(readySeed(""), newRule("widgets", "web", rule([]string{"example.com"}, []string{"widgets"}))),
@@ -266,6 +267,7 @@ func TestSyncRuleRediscovers(t *testing.T) {
 		GroupVersion: "example.com/v1",
 		APIResources: []metav1.APIResource{apiResource("widgets", true, listWatch...)},
 	})
+	f.sources.Cluster(testCluster).RequestRefresh()
 	waitFor(t, 15*time.Second, "the widgets stream to be Ready", func() bool {
 		require.NoError(t, f.syncRule("widgets"))
 		got = f.watchRule("widgets")

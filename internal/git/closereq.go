@@ -109,20 +109,25 @@ func (w *Worker) reportClose(id string, o CloseOutcome) {
 	}
 }
 
-// applyRequest gives a plan the request's message, author and trailers.
+// applyRequest gives a plan the request's author; its message is made, from the generated
+// one, each time the plan is materialized (commitMessage).
 func (p *plan) applyRequest(req *CloseRequest) {
 	p.request = req
 	if req.Author != nil {
 		p.author.Name, p.author.Email = sanitizeIdent(req.Author.Name), sanitizeIdent(req.Author.Email)
 	}
+}
+
+// commitMessage is the message of a commit the request closed: the request's message instead
+// of the generated subject, then the generated body and trailers, then the submitter's.
+func (req *CloseRequest) commitMessage(generated string) string {
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(strings.ReplaceAll(req.Message, "\r", "")))
-	// The generated subject is replaced; its body and trailers stay.
-	if _, rest, ok := strings.Cut(p.message, "\n\n"); ok {
+	if _, rest, ok := strings.Cut(generated, "\n\n"); ok {
 		b.WriteString("\n\n")
 		b.WriteString(strings.TrimRight(rest, "\n"))
 	}
 	fmt.Fprintf(&b, "\nKubescribe-Submitter: %s\n", oneLine(req.Username))
 	fmt.Fprintf(&b, "Kubescribe-Commit-Request: %s\n", oneLine(req.Request))
-	p.message = b.String()
+	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,10 +41,13 @@ type plan struct {
 	objects []packObject
 	// counted is set once the plan was counted in kubescribe_git_commits_total.
 	counted bool
+	// covered is what the last materialization covered: the changes, with each sweep
+	// replaced by the deletions it implied on that parent.
+	covered []attribution.AttributedChange
 }
 
 func (p *plan) info() CommitInfo {
-	ci := CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.changes}
+	ci := CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered}
 	if p.request != nil {
 		ci.Request = p.request.ID
 	}
@@ -75,7 +79,6 @@ func newPlan(targetPath string, changes []attribution.AttributedChange, committe
 		target:     changes[0].Target,
 		changes:    changes,
 		author:     author,
-		message:    commitMessage(changes, snapshot),
 	}
 }
 
@@ -188,6 +191,11 @@ func validChange(targetPath string, c watch.Change) error {
 			return fmt.Errorf("%s without manifest", c.Op)
 		}
 	case watch.OpDelete:
+	case watch.OpSweep:
+		if c.GVR.Resource == "" || strings.Contains(c.GVR.Resource, "/") || strings.Contains(c.Scope, "/") {
+			return errors.New("a sweep needs a resource, and neither it nor its namespace may contain '/'")
+		}
+		return nil
 	default:
 		return fmt.Errorf("unknown op %q", c.Op)
 	}
@@ -240,6 +248,21 @@ type treeBuilder struct {
 	// trees, when set, keeps the parsed entries of the trees the last commit wrote: the next
 	// commit, built on it, edits them without parsing them again.
 	trees *treeCache
+	// looked, when set, keeps the trees read by lookups (fileAt, subtree) during one
+	// materialization, so many changes under one directory parse it once.
+	looked map[plumbing.Hash]*parsedTree
+}
+
+// lookup is tree for reading only, memoised for the materialization.
+func (tb treeBuilder) lookup(h plumbing.Hash) (*parsedTree, error) {
+	if t, ok := tb.looked[h]; ok {
+		return t, nil
+	}
+	t, err := tb.tree(h)
+	if err == nil && tb.looked != nil {
+		tb.looked[h] = t
+	}
+	return t, err
 }
 
 // treeCache holds the parsed entries of the trees of the newest commit built.
@@ -311,6 +334,8 @@ func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 type parsedTree struct {
 	raw  []byte
 	ents []treeEntryRef
+	// index maps names to entries, built on the first lookup in a large tree.
+	index map[string]int
 }
 
 // treeEntryRef is an entry of a parsedTree: its name (pointing into the raw content of this or
@@ -328,6 +353,18 @@ func (t *parsedTree) hashAt(i int) plumbing.Hash {
 }
 
 func (t *parsedTree) find(name string) int {
+	if len(t.ents) > 32 {
+		if t.index == nil {
+			t.index = make(map[string]int, len(t.ents))
+			for i := range t.ents {
+				t.index[string(t.ents[i].name)] = i
+			}
+		}
+		if i, ok := t.index[name]; ok {
+			return i
+		}
+		return -1
+	}
 	for i := range t.ents {
 		if string(t.ents[i].name) == name {
 			return i
@@ -612,6 +649,7 @@ func (o *rawObject) Writer() (io.WriteCloser, error) {
 func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer object.Signature) (sha plumbing.Hash, ok bool, err error) {
 	var created []packObject
 	tb.created = &created
+	tb.looked = map[plumbing.Hash]*parsedTree{}
 	tb.trees.begin()
 	var base plumbing.Hash
 	if !parent.IsZero() {
@@ -621,15 +659,60 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		}
 		base = c.TreeHash
 	}
+	covered, err := tb.expandSweeps(base, p.targetPath, p.changes)
+	if err != nil {
+		return plumbing.ZeroHash, false, err
+	}
+	// The last change of a path decides its content. Only what differs from the parent's tree
+	// is written, and only that is named in the message.
+	last := make(map[string]int, len(covered))
+	for i, c := range covered {
+		last[ObjectPath(p.targetPath, c.Change)] = i
+	}
 	root := &editNode{children: map[string]*editNode{}}
-	for _, c := range p.changes {
+	var effective []attribution.AttributedChange
+	for i, c := range covered {
+		path := ObjectPath(p.targetPath, c.Change)
+		if last[path] != i {
+			continue
+		}
+		old, exists, err := tb.fileAt(base, path)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
 		leaf := &editNode{del: c.Op == watch.OpDelete}
-		if !leaf.del {
-			if leaf.blob, err = tb.writeBlob(c.Manifest); err != nil {
+		switch {
+		case leaf.del && !exists:
+			continue
+		case leaf.del:
+		default:
+			blob := newRawObject(plumbing.BlobObject, c.Manifest)
+			leaf.blob = blob.h
+			if exists && old == leaf.blob {
+				continue
+			}
+			if _, err := tb.s.SetEncodedObject(blob); err != nil {
 				return plumbing.ZeroHash, false, fmt.Errorf("write blob: %w", err)
 			}
+			tb.record(blob.h, plumbing.ZeroHash)
+			if c.Snapshot {
+				// Nobody was seen doing it: say what it does to the folder.
+				c.Op = watch.OpCreate
+				if exists {
+					c.Op = watch.OpUpdate
+				}
+			}
 		}
-		root.add(ObjectPath(p.targetPath, c.Change), leaf)
+		root.add(path, leaf)
+		effective = append(effective, c)
+	}
+	p.covered = covered
+	if len(effective) == 0 {
+		return plumbing.ZeroHash, false, nil
+	}
+	p.message = commitMessage(effective, p.changes[0].Snapshot)
+	if p.request != nil {
+		p.message = p.request.commitMessage(p.message)
 	}
 	tree, err := tb.apply(base, root)
 	if err != nil {
@@ -668,4 +751,116 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	p.objects = created
 	tb.trees.commit()
 	return sha, true, nil
+}
+
+// fileAt returns the blob at path p of tree root, and whether there is one.
+func (tb treeBuilder) fileAt(root plumbing.Hash, p string) (plumbing.Hash, bool, error) {
+	cur := root
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if cur.IsZero() {
+			return plumbing.ZeroHash, false, nil
+		}
+		t, err := tb.lookup(cur)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
+		}
+		j := t.find(seg)
+		if j < 0 {
+			return plumbing.ZeroHash, false, nil
+		}
+		isDir := t.ents[j].mode == filemode.Dir
+		if i == len(segs)-1 {
+			if isDir {
+				return plumbing.ZeroHash, false, nil
+			}
+			return t.hashAt(j), true, nil
+		}
+		if !isDir {
+			return plumbing.ZeroHash, false, nil
+		}
+		cur = t.hashAt(j)
+	}
+	return plumbing.ZeroHash, false, nil
+}
+
+// subtree returns the tree at directory path p of root (zero when there is none).
+func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error) {
+	cur := root
+	if p != "" {
+		for _, seg := range strings.Split(p, "/") {
+			if cur.IsZero() {
+				return nil, nil
+			}
+			t, err := tb.lookup(cur)
+			if err != nil {
+				return nil, err
+			}
+			j := t.find(seg)
+			if j < 0 || t.ents[j].mode != filemode.Dir {
+				return nil, nil
+			}
+			cur = t.hashAt(j)
+		}
+	}
+	if cur.IsZero() {
+		return nil, nil
+	}
+	return tb.lookup(cur)
+}
+
+// expandSweeps replaces each sweep among changes by the deletions it implies on the tree root:
+// one snapshot delete per file of the sweep's resource, in the target's folder and the sweep's
+// namespace scope, whose object is not among those the sweep keeps. Nothing outside the
+// target's folder, nor of another resource, is ever swept.
+func (tb treeBuilder) expandSweeps(root plumbing.Hash, targetPath string, changes []attribution.AttributedChange) ([]attribution.AttributedChange, error) {
+	out := make([]attribution.AttributedChange, 0, len(changes))
+	for _, c := range changes {
+		if c.Op != watch.OpSweep {
+			out = append(out, c)
+			continue
+		}
+		base := strings.TrimPrefix(path.Join("/", targetPath), "/")
+		var nsDirs []string
+		if c.Scope != "" {
+			nsDirs = []string{c.Scope}
+		} else {
+			t, err := tb.subtree(root, base)
+			if err != nil {
+				return nil, err
+			}
+			if t != nil {
+				for _, e := range t.ents {
+					if e.mode == filemode.Dir {
+						nsDirs = append(nsDirs, string(e.name))
+					}
+				}
+			}
+		}
+		for _, nsDir := range nsDirs {
+			dir := path.Join(base, nsDir, groupDir(c.GVR.Group), c.GVR.Resource)
+			t, err := tb.subtree(root, strings.TrimPrefix(dir, "/"))
+			if err != nil {
+				return nil, err
+			}
+			if t == nil {
+				continue
+			}
+			ns := nsDir
+			if ns == ClusterScopeDir {
+				ns = ""
+			}
+			for _, e := range t.ents {
+				name, ok := strings.CutSuffix(string(e.name), ".yaml")
+				if !ok || e.mode == filemode.Dir || c.Keep[ns+"/"+name] {
+					continue
+				}
+				del := c
+				del.Op, del.Namespace, del.Name, del.Keep = watch.OpDelete, ns, name, nil
+				del.UID, del.ResourceVersion, del.Snapshot, del.Author = "", "", true, attribution.Author{}
+				out = append(out, del)
+			}
+		}
+	}
+	return out, nil
 }

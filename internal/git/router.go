@@ -257,9 +257,6 @@ func (r *Router) notify(targets ...types.NamespacedName) {
 // change is handed either to the old worker before it is told to stop, and is part of what it
 // commits and pushes on its way out, or to its successor.
 func (r *Router) Deliver(ac attribution.AttributedChange) {
-	if ac.Op == watch.OpSweep {
-		return // the writer does not sweep folders yet
-	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	rt, ok := r.routes[ac.Target]
@@ -370,6 +367,9 @@ func (r *Router) onPushed(res PushResult) {
 			for _, c := range ci.Changes {
 				changes = append(changes, c.Change)
 			}
+		}
+		for _, c := range res.Settled {
+			changes = append(changes, c.Change)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
 		if err := r.opts.Cursors.Advance(ctx, changes); err != nil {

@@ -23,6 +23,9 @@ import (
 type PushResult struct {
 	// Commits delivered by this push, oldest first.
 	Commits []CommitInfo
+	// Settled are changes that made no commit because the branch already held them; they are
+	// reported once nothing before them is left unpushed, with a push or on their own.
+	Settled []attribution.AttributedChange
 }
 
 // CommitInfo is one commit and the changes it holds.
@@ -153,9 +156,11 @@ type Worker struct {
 	remoteGone bool
 	// final is set for the last push attempt of shutdown; before it, a remote operation failing
 	// because Run's context ended is an interruption, not a failure.
-	final    bool
-	win      *window
-	plans    []*plan // closed windows not yet pushed, oldest first
+	final bool
+	win   *window
+	plans []*plan // closed windows not yet pushed, oldest first
+	// settled are changes that made no commit, waiting for the plans before them to be pushed.
+	settled  []attribution.AttributedChange
 	failures int
 	retryAt  time.Time // real clock; zero = now
 }
@@ -418,6 +423,7 @@ func (w *Worker) closeWindow() {
 			w.reportClose(p.request.ID, CloseNothingToCommit)
 		}
 		w.log.Debug("changes leave the tree unchanged; no commit", "changes", len(p.changes))
+		w.settle(p.covered)
 		return
 	}
 	w.committed(p, sha)
@@ -447,6 +453,7 @@ func (w *Worker) rebuild() error {
 		}
 		if !ok {
 			dropped += len(p.changes)
+			w.settled = append(w.settled, p.covered...)
 			w.log.Info("changes are already on the branch; no commit", "changes", len(p.changes), "author", p.author.Name)
 			continue
 		}
@@ -583,9 +590,27 @@ func (w *Worker) delivered(n int) {
 	w.status.LastPush = w.opts.Now()
 	w.status.LastError = nil
 	w.mu.Unlock()
+	if len(w.plans) == 0 {
+		res.Settled, w.settled = w.settled, nil
+	}
 	w.addPending(-changes)
 	w.log.Info("pushed", "commits", n, "changes", changes, "tip", w.remoteTip.String())
-	if w.opts.OnPushed != nil && n > 0 {
+	if w.opts.OnPushed != nil && (n > 0 || len(res.Settled) > 0) {
+		w.opts.OnPushed(res)
+	}
+}
+
+// settle records changes the branch already holds. They are reported at once when no commit
+// before them is left unpushed; otherwise with the push that delivers those commits, since the
+// branch holds them only once that push landed.
+func (w *Worker) settle(changes []attribution.AttributedChange) {
+	w.settled = append(w.settled, changes...)
+	if len(w.plans) > 0 || len(w.settled) == 0 {
+		return
+	}
+	res := PushResult{Settled: w.settled}
+	w.settled = nil
+	if w.opts.OnPushed != nil {
 		w.opts.OnPushed(res)
 	}
 }

@@ -56,6 +56,9 @@ type Change struct {
 	Scope string
 	// Keep, for OpSweep only, lists the objects that exist, as "<namespace>/<name>".
 	Keep map[string]bool
+	// ExcludeUsers are the users whose changes the stream does not mirror: the join drops a
+	// change attributed to one of them.
+	ExcludeUsers []string
 }
 
 // Stream names the stream (and so the resume cursor) a change belongs to.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,8 +35,10 @@ type informerKey struct {
 // subscription is one GitTarget's view of a shared informer.
 type subscription struct {
 	target types.NamespacedName
-	ops    []Op                   // empty: all
-	seen   map[types.UID][32]byte // uid -> hash of the last manifest emitted, for dedup
+	ops    []Op // empty: all
+	// excludeFieldManagers and excludeUsers are the stream's write exclusions.
+	excludeFieldManagers, excludeUsers []string
+	seen                               map[types.UID][32]byte // uid -> hash of the last manifest emitted, for dedup
 	// cursor is what the target's folder held of this stream at the last push, and listed
 	// the objects the initial state held; both are dropped once synced.
 	cursor Cursor
@@ -140,7 +143,7 @@ func (s *sharedInformer) setErr(err error) {
 // setSubscriptions makes the subscribers exactly subs (target -> operations). A new
 // subscriber is handed every object the informer already holds, as snapshot changes; the
 // operations of an existing one change in place.
-func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName][]Op) {
+func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscriptionSpec) {
 	s.mu.Lock()
 	var added []types.NamespacedName
 	for t := range s.subs {
@@ -148,9 +151,9 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName][]Op) {
 			delete(s.subs, t)
 		}
 	}
-	for t, ops := range subs {
+	for t, spec := range subs {
 		if sub, ok := s.subs[t]; ok {
-			sub.ops = ops
+			sub.ops, sub.excludeFieldManagers, sub.excludeUsers = spec.ops, spec.excludeFieldManagers, spec.excludeUsers
 			continue
 		}
 		added = append(added, t)
@@ -167,7 +170,9 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName][]Op) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range added {
-		sub := &subscription{target: t, ops: subs[t], seen: map[types.UID][32]byte{}, cursor: cursors[t], listed: map[string]bool{}}
+		spec := subs[t]
+		sub := &subscription{target: t, ops: spec.ops, excludeFieldManagers: spec.excludeFieldManagers, excludeUsers: spec.excludeUsers,
+			seen: map[types.UID][32]byte{}, cursor: cursors[t], listed: map[string]bool{}}
 		s.subs[t] = sub
 		s.primeLocked(sub)
 	}
@@ -236,9 +241,51 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 		}
 		op = OpUpdate // the folder holds an older version
 	}
-	c := s.change(sub.target, u, op)
+	if sub.cursor.Known && s.excludedLocked(sub, u) {
+		return // a write made while nothing watched, by an excluded field manager
+	}
+	c := s.change(sub, u, op)
 	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
 	s.emit(c)
+}
+
+// excludedLocked reports whether u's last write is one sub does not mirror, by its field
+// manager, and counts it.
+func (s *sharedInformer) excludedLocked(sub *subscription, u *unstructured.Unstructured) bool {
+	if len(sub.excludeFieldManagers) == 0 || !newestManagersExcluded(u, sub.excludeFieldManagers) {
+		return false
+	}
+	s.metrics.excluded(s.cluster, s.key.gvr, "field_manager")
+	return true
+}
+
+// newestManagersExcluded reports whether the newest managedFields entries of u (ignoring
+// status writes) all name an excluded manager. Entries are compared by time; several entries
+// at the newest time (managedFields times have a one-second resolution) exclude the write only
+// when every one of them is excluded. An object without managedFields is never excluded.
+func newestManagersExcluded(u *unstructured.Unstructured, excluded []string) bool {
+	var newest *metav1.Time
+	var managers []string
+	for _, e := range u.GetManagedFields() {
+		if e.Subresource == "status" || e.Time == nil {
+			continue
+		}
+		switch {
+		case newest == nil || newest.Before(e.Time):
+			newest, managers = e.Time, []string{e.Manager}
+		case e.Time.Equal(newest):
+			managers = append(managers, e.Manager)
+		}
+	}
+	if len(managers) == 0 {
+		return false
+	}
+	for _, m := range managers {
+		if !slices.Contains(excluded, m) {
+			return false
+		}
+	}
+	return true
 }
 
 // finishInitialLocked completes sub's initial state once it has every listed object: the
@@ -259,12 +306,12 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 		s.emit(Change{
 			Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
 			Namespace: ns, Name: name, UID: e.UID, ResourceVersion: e.ResourceVersion,
-			Op: OpDelete, Observed: time.Now(), Snapshot: true, Resumed: true,
+			Op: OpDelete, Observed: time.Now(), Snapshot: true, Resumed: true, ExcludeUsers: sub.excludeUsers,
 		})
 	}
 	s.emit(Change{
 		Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
-		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep,
+		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
 	})
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
 	if s.cursors != nil {
@@ -317,10 +364,10 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 		if known && prev == sum {
 			continue // only server-side or status fields changed: nothing declared changed
 		}
-		if !sub.allows(op) {
+		if !sub.allows(op) || s.excludedLocked(sub, u) {
 			continue
 		}
-		c := s.change(sub.target, u, op)
+		c := s.change(sub, u, op)
 		c.Manifest = manifest
 		s.emit(c)
 	}
@@ -340,16 +387,17 @@ func (s *sharedInformer) onDelete(obj any) {
 	for _, sub := range s.subs {
 		delete(sub.seen, u.GetUID())
 		if sub.allows(OpDelete) {
-			s.emit(s.change(sub.target, u, OpDelete))
+			s.emit(s.change(sub, u, OpDelete))
 		}
 	}
 }
 
-// change describes an operation on u as a Change for target, without a manifest.
-func (s *sharedInformer) change(target types.NamespacedName, u *unstructured.Unstructured, op Op) Change {
+// change describes an operation on u as a Change for sub's target, without a manifest.
+func (s *sharedInformer) change(sub *subscription, u *unstructured.Unstructured, op Op) Change {
 	return Change{
+		ExcludeUsers:    sub.excludeUsers,
 		Cluster:         s.cluster,
-		Target:          target,
+		Target:          sub.target,
 		GVR:             s.key.gvr,
 		Scope:           s.key.namespace,
 		Namespace:       u.GetNamespace(),

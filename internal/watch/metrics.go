@@ -10,6 +10,9 @@ import (
 type Metrics struct {
 	events    *prometheus.CounterVec
 	informers *prometheus.GaugeVec
+	excludes  *prometheus.CounterVec
+	refreshes *prometheus.CounterVec
+	triggers  *prometheus.GaugeVec
 }
 
 // NewMetrics creates the watch metrics and registers them with reg.
@@ -24,6 +27,47 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_watch_informers",
 			Help: "Running informers, by cluster: one per (resource, namespace scope), shared by every GitTarget that selects it.",
 		}, []string{"cluster"}),
+		excludes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_excluded_changes_total",
+			Help: "Writes a rule excludes, not mirrored, by cluster, resource and reason (field_manager).",
+		}, []string{"cluster", "resource", "reason"}),
+		refreshes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_discovery_refreshes_total",
+			Help: "Reads of a cluster's discovery catalog after the first, by cluster and result: changed, unchanged or failed (the last catalog is kept).",
+		}, []string{"cluster", "result"}),
+		triggers: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubescribe_watch_discovery_triggers",
+			Help: "1 while changes of the resource (customresourcedefinitions.apiextensions.k8s.io, apiservices.apiregistration.k8s.io) trigger a discovery refresh in the cluster, 0 while the cluster does not serve it with list and watch.",
+		}, []string{"cluster", "resource"}),
+	}
+}
+
+// Results of a discovery refresh.
+const (
+	refreshChanged   = "changed"
+	refreshUnchanged = "unchanged"
+	refreshFailed    = "failed"
+)
+
+func (m *Metrics) refreshed(cluster, result string) {
+	if m != nil {
+		m.refreshes.WithLabelValues(cluster, result).Inc()
+	}
+}
+
+func (m *Metrics) setTrigger(cluster string, gvr schema.GroupVersionResource, on bool) {
+	if m != nil {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		m.triggers.WithLabelValues(cluster, resourceLabel(gvr)).Set(v)
+	}
+}
+
+func (m *Metrics) excluded(cluster string, gvr schema.GroupVersionResource, reason string) {
+	if m != nil {
+		m.excludes.WithLabelValues(cluster, resourceLabel(gvr), reason).Inc()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +30,39 @@ type StreamSpec struct {
 	Namespace string
 	// Operations selects which operations are emitted; empty means all.
 	Operations []Op
+	// ExcludeFieldManagers suppresses creates and updates whose newest managedFields entry
+	// names one of these managers (with tied entries, only when every tied manager is listed).
+	ExcludeFieldManagers []string
+	// ExcludeUsers suppresses changes attributed to one of these users; it travels with each
+	// Change and is applied by the join, once the author is known.
+	ExcludeUsers []string
+}
+
+// subscriptionSpec is what the owners of one target want of one informer.
+type subscriptionSpec struct {
+	ops                  []Op
+	excludeFieldManagers []string
+	excludeUsers         []string
+}
+
+// merge adds another owner's wishes: the union of the operations, and only the exclusions
+// both share (an owner that does not exclude a write wants it mirrored).
+func (a subscriptionSpec) merge(b subscriptionSpec) subscriptionSpec {
+	return subscriptionSpec{
+		ops:                  unionOps(a.ops, b.ops),
+		excludeFieldManagers: intersect(a.excludeFieldManagers, b.excludeFieldManagers),
+		excludeUsers:         intersect(a.excludeUsers, b.excludeUsers),
+	}
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if slices.Contains(b, v) && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // key identifies a stream: one target's view of one informer.
@@ -53,6 +87,9 @@ type RegistryOptions struct {
 	// Cursors holds the streams' resume cursors. nil: no resume; every start hands each
 	// GitTarget the whole state as a snapshot and sweeps its folder.
 	Cursors cursorSource
+	// DiscoveryRefresh is how often each cluster's discovery catalog is re-read when no CRD or
+	// APIService change triggered it sooner; DefaultDiscoveryRefresh when zero.
+	DiscoveryRefresh time.Duration
 }
 
 // Registry holds the source clusters. The local cluster is its first entry; a remote cluster
@@ -63,6 +100,11 @@ type Registry struct {
 	mu       sync.Mutex
 	ctx      context.Context // nil before Start
 	clusters map[string]*Cluster
+
+	// signal (capacity 1) tells that some cluster's catalog changed; changed says which.
+	signal    chan struct{}
+	changedMu sync.Mutex
+	changed   map[string]bool
 }
 
 // NewRegistry returns a Registry; informers start once Start was called.
@@ -73,10 +115,43 @@ func NewRegistry(opts RegistryOptions) (*Registry, error) {
 	case opts.Emit == nil:
 		return nil, errors.New("watch: RegistryOptions.Emit is required")
 	}
+	if opts.DiscoveryRefresh < 0 {
+		return nil, errors.New("watch: RegistryOptions.DiscoveryRefresh must not be negative")
+	}
+	if opts.DiscoveryRefresh == 0 {
+		opts.DiscoveryRefresh = DefaultDiscoveryRefresh
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Registry{opts: opts, clusters: map[string]*Cluster{}}, nil
+	return &Registry{opts: opts, clusters: map[string]*Cluster{}, signal: make(chan struct{}, 1), changed: map[string]bool{}}, nil
+}
+
+// Updates signals that the discovery catalog of some clusters changed, so rules resolved
+// against it may resolve differently now; Changed then says which. Updates is never closed.
+func (r *Registry) Updates() <-chan struct{} { return r.signal }
+
+// Changed returns, and forgets, the clusters whose catalog changed since the last call.
+func (r *Registry) Changed() []string {
+	r.changedMu.Lock()
+	defer r.changedMu.Unlock()
+	out := make([]string, 0, len(r.changed))
+	for name := range r.changed {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	clear(r.changed)
+	return out
+}
+
+func (r *Registry) catalogChanged(cluster string) {
+	r.changedMu.Lock()
+	r.changed[cluster] = true
+	r.changedMu.Unlock()
+	select {
+	case r.signal <- struct{}{}:
+	default:
+	}
 }
 
 // AddCluster registers a source cluster under its audit route. The discovery client should
@@ -98,6 +173,14 @@ func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discover
 		log:       r.opts.Logger.With("cluster", name),
 		owners:    map[string][]StreamSpec{},
 		informers: map[informerKey]*sharedInformer{},
+		cat: catalogState{
+			ctx:      context.Background(),
+			kick:     make(chan struct{}, 1),
+			triggers: map[schema.GroupVersionResource]context.CancelFunc{},
+			watchOff: map[schema.GroupVersionResource]bool{},
+			done:     make(chan struct{}),
+		},
+		notify: func() { r.catalogChanged(name) },
 	}
 	r.clusters[name] = c
 	if r.ctx != nil {
@@ -147,6 +230,11 @@ type Cluster struct {
 	stopped   bool
 	owners    map[string][]StreamSpec
 	informers map[informerKey]*sharedInformer
+
+	// cat is the discovery catalog; its refresh loop runs from start until stop.
+	cat           catalogState
+	notify        func()
+	stopDiscovery context.CancelFunc
 }
 
 // Name is the cluster's audit route.
@@ -156,10 +244,25 @@ func (c *Cluster) start(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ctx = ctx
+	if c.stopDiscovery == nil && !c.stopped {
+		dctx, cancel := context.WithCancel(ctx)
+		c.stopDiscovery = cancel
+		c.cat.mu.Lock()
+		c.cat.ctx = dctx
+		c.cat.mu.Unlock()
+		go c.runDiscovery(dctx, c.opts.DiscoveryRefresh, c.notify)
+	}
 	c.reconcileLocked()
 }
 
 func (c *Cluster) stop() {
+	c.mu.Lock()
+	stopDiscovery := c.stopDiscovery
+	c.mu.Unlock()
+	if stopDiscovery != nil {
+		stopDiscovery()
+		<-c.cat.done
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopped = true
@@ -217,20 +320,24 @@ func (c *Cluster) reconcileLocked() {
 	if c.ctx == nil || c.stopped {
 		return
 	}
-	want := map[informerKey]map[types.NamespacedName][]Op{}
+	want := map[informerKey]map[types.NamespacedName]subscriptionSpec{}
 	for _, specs := range c.owners {
 		for _, spec := range specs {
 			ik := spec.informer()
 			subs := want[ik]
 			if subs == nil {
-				subs = map[types.NamespacedName][]Op{}
+				subs = map[types.NamespacedName]subscriptionSpec{}
 				want[ik] = subs
 			}
-			if prev, ok := subs[spec.Target]; ok {
-				subs[spec.Target] = unionOps(prev, spec.Operations)
-			} else {
-				subs[spec.Target] = slices.Clone(spec.Operations)
+			sub := subscriptionSpec{
+				ops:                  slices.Clone(spec.Operations),
+				excludeFieldManagers: slices.Clone(spec.ExcludeFieldManagers),
+				excludeUsers:         slices.Clone(spec.ExcludeUsers),
 			}
+			if prev, ok := subs[spec.Target]; ok {
+				sub = prev.merge(sub)
+			}
+			subs[spec.Target] = sub
 		}
 	}
 	for k, inf := range c.informers {

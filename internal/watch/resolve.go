@@ -1,34 +1,77 @@
 package watch
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 )
 
-// Selector selects resources of a cluster by API group and plural resource name ("*" matches
-// any), with the operations mirrored on them (empty: all).
+// Selector selects resources of a cluster by API group, version and plural resource name ("*"
+// matches any group or resource), with the operations mirrored on them (empty: all).
 type Selector struct {
-	APIGroups  []string
-	Resources  []string
-	Operations []Op
+	APIGroups []string
+	// APIVersions restricts the versions a resource may be watched in; each resource is watched
+	// in the most preferred of them that serves it. Empty: the group's preferred version (or,
+	// for a resource it does not serve, the most preferred version that serves it).
+	APIVersions []string
+	Resources   []string
+	Operations  []Op
 }
 
-// Resource is one resource a set of selectors resolved to: the cluster's preferred version of
-// it, and the union of the operations of the selectors that match it.
+// Resource is one resource a set of selectors resolved to: the version it is watched in, and
+// the union of the operations of the selectors that match it.
 type Resource struct {
 	GVR        schema.GroupVersionResource
 	Namespaced bool
 	Operations []Op
 }
 
+// UnresolvedReason says why a selector entry resolved to no resource.
+type UnresolvedReason string
+
+// Why an entry resolves to nothing, strongest first: when an entry matches several resources
+// that all fail, the strongest reason is reported.
+const (
+	// UnresolvedSecret: the entry names Secrets, which are never mirrored.
+	UnresolvedSecret UnresolvedReason = "SecretsRefused"
+	// UnresolvedClusterScoped: the entry matches only cluster-scoped resources and the caller
+	// asked for namespaced ones (a WatchRule).
+	UnresolvedClusterScoped UnresolvedReason = "ClusterScoped"
+	// UnresolvedNotListable: the resource is served but without the list and watch verbs.
+	UnresolvedNotListable UnresolvedReason = "NotListable"
+	// UnresolvedVersionNotServed: the resource is served, but in none of the entry's
+	// apiVersions.
+	UnresolvedVersionNotServed UnresolvedReason = "VersionNotServed"
+	// UnresolvedNotServed: no matching group serves a matching resource (yet): a CRD that is not
+	// installed or not established, or an aggregated API that is down.
+	UnresolvedNotServed UnresolvedReason = "NotServed"
+)
+
+// rank orders reasons: a lower rank is stronger.
+func (r UnresolvedReason) rank() int {
+	return slices.Index([]UnresolvedReason{UnresolvedSecret, UnresolvedClusterScoped, UnresolvedNotListable, UnresolvedVersionNotServed, UnresolvedNotServed}, r)
+}
+
+// Unresolved is one entry of one selector that resolved to no resource: the selector's index,
+// the resource pattern (a name or "*") and why.
+type Unresolved struct {
+	Selector int
+	Resource string
+	Reason   UnresolvedReason
+}
+
 // Resolution is what selectors resolved to in a cluster's discovery catalog.
 type Resolution struct {
 	// Resources that are mirrored.
 	Resources []Resource
+	// Unresolved lists, per selector and resource pattern, the entries that resolved to
+	// nothing, ordered by selector and then as written.
+	Unresolved []Unresolved
 	// ClusterScoped lists matching cluster-scoped resources left out because the caller asked
 	// for namespaced ones only.
 	ClusterScoped []schema.GroupVersionResource
@@ -43,64 +86,203 @@ func IsSecret(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" && gvr.Resource == "secrets"
 }
 
-// Resolve maps selectors to the resources the cluster serves with list and watch (its
-// preferred version of each). With namespacedOnly, cluster-scoped matches are reported in
-// ClusterScoped rather than resolved. When nothing matches, the discovery cache is invalidated
-// so that a resource installed since (a new CRD) is found next time.
-func (c *Cluster) Resolve(selectors []Selector, namespacedOnly bool) (Resolution, error) {
-	res, err := Resolve(c.discovery, selectors, namespacedOnly)
-	if err == nil && len(res.Resources) == 0 {
-		if cd, ok := c.discovery.(discovery.CachedDiscoveryInterface); ok {
-			cd.Invalidate()
-		}
-	}
-	return res, err
+// Catalog is a cluster's discovery catalog: every group, its versions (preferred first) and
+// the resources each version serves. It is immutable once built.
+type Catalog struct {
+	groups []catalogGroup
+	// fingerprint identifies the catalog's content, to tell whether a refresh changed it.
+	fingerprint string
 }
 
-// Resolve maps selectors to the resources dc serves with list and watch; see Cluster.Resolve.
-func Resolve(dc discovery.DiscoveryInterface, selectors []Selector, namespacedOnly bool) (Resolution, error) {
-	var out Resolution
-	lists, err := dc.ServerPreferredResources()
-	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
-		return out, fmt.Errorf("discovering the cluster's resources: %w", err)
+type catalogGroup struct {
+	name     string
+	versions []string // preferred first
+	// resources per version, subresources left out.
+	resources map[string][]metav1.APIResource
+}
+
+// discoveryWithContext is the part of discovery.DiscoveryInterfaceWithContext NewCatalog uses:
+// a read that ends with its context.
+type discoveryWithContext interface {
+	ServerGroupsAndResourcesWithContext(ctx context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error)
+}
+
+// NewCatalog reads dc's groups and resources, within ctx when dc supports it. A group whose
+// discovery failed (an aggregated API that is down) is left out; the others are kept.
+func NewCatalog(ctx context.Context, dc discovery.DiscoveryInterface) (*Catalog, error) {
+	var (
+		groups []*metav1.APIGroup
+		lists  []*metav1.APIResourceList
+		err    error
+	)
+	if dcc, ok := dc.(discoveryWithContext); ok {
+		groups, lists, err = dcc.ServerGroupsAndResourcesWithContext(ctx)
+	} else {
+		groups, lists, err = dc.ServerGroupsAndResources()
 	}
-	// A group whose discovery failed (an aggregated API that is down) is skipped; the others
-	// are still watched.
-	byGVR := map[schema.GroupVersionResource]*Resource{}
-	for _, list := range lists {
-		gv, perr := schema.ParseGroupVersion(list.GroupVersion)
-		if perr != nil {
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		return nil, fmt.Errorf("discovering the cluster's resources: %w", err)
+	}
+	byGV := map[string]*metav1.APIResourceList{}
+	for _, l := range lists {
+		if l != nil {
+			byGV[l.GroupVersion] = l
+		}
+	}
+	c := &Catalog{}
+	var fp strings.Builder
+	for _, g := range groups {
+		if g == nil {
 			continue
 		}
-		for _, res := range list.APIResources {
-			if strings.Contains(res.Name, "/") || !slices.Contains(res.Verbs, "list") || !slices.Contains(res.Verbs, "watch") {
+		cg := catalogGroup{name: g.Name, resources: map[string][]metav1.APIResource{}}
+		versions := make([]string, 0, len(g.Versions))
+		if g.PreferredVersion.Version != "" {
+			versions = append(versions, g.PreferredVersion.Version)
+		}
+		for _, v := range g.Versions {
+			if !slices.Contains(versions, v.Version) {
+				versions = append(versions, v.Version)
+			}
+		}
+		for _, v := range versions {
+			list := byGV[schema.GroupVersion{Group: g.Name, Version: v}.String()]
+			if list == nil {
+				continue // its discovery failed
+			}
+			cg.versions = append(cg.versions, v)
+			for _, r := range list.APIResources {
+				if strings.Contains(r.Name, "/") {
+					continue
+				}
+				cg.resources[v] = append(cg.resources[v], r)
+				verbs := slices.Clone(r.Verbs)
+				slices.Sort(verbs)
+				fmt.Fprintf(&fp, "%s/%s/%s|%t|%s\n", g.Name, v, r.Name, r.Namespaced, strings.Join(verbs, ","))
+			}
+		}
+		if len(cg.versions) > 0 {
+			c.groups = append(c.groups, cg)
+		}
+	}
+	lines := strings.Split(fp.String(), "\n")
+	slices.Sort(lines)
+	c.fingerprint = strings.Join(lines, "\n")
+	return c, nil
+}
+
+// Serves reports whether the catalog serves gvr with list and watch.
+func (c *Catalog) Serves(gvr schema.GroupVersionResource) bool {
+	if c == nil {
+		return false
+	}
+	for _, g := range c.groups {
+		if g.name != gvr.Group {
+			continue
+		}
+		for _, r := range g.resources[gvr.Version] {
+			if r.Name == gvr.Resource {
+				return listWatchable(r)
+			}
+		}
+	}
+	return false
+}
+
+func listWatchable(r metav1.APIResource) bool {
+	return slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch")
+}
+
+// Resolve maps selectors to the resources dc serves with list and watch; see Catalog.Resolve.
+func Resolve(dc discovery.DiscoveryInterface, selectors []Selector, namespacedOnly bool) (Resolution, error) {
+	c, err := NewCatalog(context.Background(), dc)
+	if err != nil {
+		return Resolution{}, err
+	}
+	return c.Resolve(selectors, namespacedOnly), nil
+}
+
+// Resolve maps selectors to the resources the catalog serves with list and watch. With
+// namespacedOnly, cluster-scoped matches are reported in ClusterScoped rather than resolved.
+// Every selector entry (a resource name, or "*") that resolves to nothing is reported in
+// Unresolved with the reason.
+func (c *Catalog) Resolve(selectors []Selector, namespacedOnly bool) Resolution {
+	var out Resolution
+	byGVR := map[schema.GroupVersionResource]*Resource{}
+	for i := range selectors {
+		sel := &selectors[i]
+		// outcome per resource pattern: "" resolved, else the strongest reason seen.
+		outcome := map[string]UnresolvedReason{}
+		note := func(pattern string, reason UnresolvedReason) {
+			prev, seen := outcome[pattern]
+			switch {
+			case seen && prev == "":
+			case reason == "" || !seen || reason.rank() < prev.rank():
+				outcome[pattern] = reason
+			}
+		}
+		for _, g := range c.groups {
+			if !matches(sel.APIGroups, g.name) {
 				continue
 			}
-			for i := range selectors {
-				sel := &selectors[i]
-				if !matches(sel.APIGroups, gv.Group) || !matches(sel.Resources, res.Name) {
-					continue
-				}
-				gvr := gv.WithResource(res.Name)
-				var ignored *[]schema.GroupVersionResource
-				switch {
-				case IsSecret(gvr):
-					ignored = &out.Secrets
-				case namespacedOnly && !res.Namespaced:
-					ignored = &out.ClusterScoped
-				}
-				if ignored != nil {
-					if !slices.Contains(*ignored, gvr) {
-						*ignored = append(*ignored, gvr)
+			// The versions a resource may be watched in, most preferred first.
+			versions := g.versions
+			if len(sel.APIVersions) > 0 {
+				versions = slices.DeleteFunc(slices.Clone(g.versions), func(v string) bool { return !slices.Contains(sel.APIVersions, v) })
+			}
+			// Each resource name once: in the first allowed version that serves it.
+			picked := map[string]bool{}
+			for _, v := range versions {
+				for _, res := range g.resources[v] {
+					if picked[res.Name] {
+						continue
 					}
-					continue
+					pattern, ok := matchPattern(sel.Resources, res.Name)
+					if !ok {
+						continue
+					}
+					picked[res.Name] = true
+					gvr := schema.GroupVersionResource{Group: g.name, Version: v, Resource: res.Name}
+					switch {
+					case !listWatchable(res):
+						note(pattern, UnresolvedNotListable)
+						continue
+					case IsSecret(gvr):
+						addOnce(&out.Secrets, gvr)
+						note(pattern, UnresolvedSecret)
+						continue
+					case namespacedOnly && !res.Namespaced:
+						addOnce(&out.ClusterScoped, gvr)
+						note(pattern, UnresolvedClusterScoped)
+						continue
+					}
+					note(pattern, "")
+					r, ok := byGVR[gvr]
+					if !ok {
+						r = &Resource{GVR: gvr, Namespaced: res.Namespaced, Operations: []Op{}}
+						byGVR[gvr] = r
+					}
+					r.Operations = mergeOps(r.Operations, sel.Operations)
 				}
-				r, ok := byGVR[gvr]
-				if !ok {
-					r = &Resource{GVR: gvr, Namespaced: res.Namespaced, Operations: []Op{}}
-					byGVR[gvr] = r
+			}
+			// A resource the group serves only in versions the selector does not allow.
+			if len(sel.APIVersions) > 0 {
+				for _, v := range g.versions {
+					for _, res := range g.resources[v] {
+						if pattern, ok := matchPattern(sel.Resources, res.Name); ok && !picked[res.Name] {
+							note(pattern, UnresolvedVersionNotServed)
+						}
+					}
 				}
-				r.Operations = mergeOps(r.Operations, sel.Operations)
+			}
+		}
+		for _, pattern := range sel.Resources {
+			reason, seen := outcome[pattern]
+			if !seen {
+				reason = UnresolvedNotServed
+			}
+			if reason != "" {
+				out.Unresolved = append(out.Unresolved, Unresolved{Selector: i, Resource: pattern, Reason: reason})
 			}
 		}
 	}
@@ -114,7 +296,25 @@ func Resolve(dc discovery.DiscoveryInterface, selectors []Selector, namespacedOn
 	slices.SortFunc(out.Resources, func(a, b Resource) int { return compareGVR(a.GVR, b.GVR) })
 	slices.SortFunc(out.ClusterScoped, compareGVR)
 	slices.SortFunc(out.Secrets, compareGVR)
-	return out, nil
+	return out
+}
+
+// matchPattern returns the pattern of patterns that selects name: the name itself before "*",
+// so that an entry naming a resource is credited rather than a wildcard beside it.
+func matchPattern(patterns []string, name string) (string, bool) {
+	if slices.Contains(patterns, name) {
+		return name, true
+	}
+	if slices.Contains(patterns, "*") {
+		return "*", true
+	}
+	return "", false
+}
+
+func addOnce(list *[]schema.GroupVersionResource, gvr schema.GroupVersionResource) {
+	if !slices.Contains(*list, gvr) {
+		*list = append(*list, gvr)
+	}
 }
 
 func matches(patterns []string, s string) bool {

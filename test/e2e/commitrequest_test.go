@@ -21,17 +21,19 @@ import (
 // CommitRequest, or another author's change, closes a window while a test runs.
 const requestWindow = 10 * time.Minute
 
-// requestMirror is a mirror whose branch worker's pending changes the test follows.
+// requestMirror is a mirror whose writes the test follows through kubescribe's join.
 type requestMirror struct {
 	*mirror
-	// basePending is kubescribe's pending-changes gauge before the test wrote anything: the
-	// namespace starts empty, so its worker holds nothing, and other tests' workers are idle.
+	// basePending is kubescribe's git pending-changes gauge once the mirror is set up; at
+	// cleanup the worker's open window is flushed and the gauge is back to at most this.
 	basePending int
+	// resolved is how many resolved joins kubescribe had made before the last write.
+	resolved int
 }
 
 // newRequestMirror is an empty namespace where alice and bob write ConfigMaps and create
 // CommitRequests, alice holds assert-author on GitTarget "tenants" only, and GitTarget
-// "tenants" mirrors the ConfigMaps into the root of branch main. At cleanup the GitTargets are
+// "tenants" mirrors the ConfigMaps into folder tenants of branch main. At cleanup the GitTargets are
 // deleted, so the branch worker commits its open window and stops.
 func newRequestMirror(t *testing.T, ns string) *requestMirror {
 	t.Helper()
@@ -83,7 +85,8 @@ func newRequestMirror(t *testing.T, ns string) *requestMirror {
 			CommitWindow: &metav1.Duration{Duration: requestWindow},
 		},
 	})
-	for name, path := range map[string]string{"tenants": "", "other": "other"} {
+	// Folders of one branch may not overlap: each target has its own.
+	for name, path := range map[string]string{"tenants": "tenants", "other": "other"} {
 		create(t, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -119,22 +122,37 @@ func pendingChanges(t *testing.T) int {
 // writeConfigMap creates a ConfigMap as user.
 func writeConfigMap(t *testing.T, m *requestMirror, user, name string) {
 	t.Helper()
+	m.resolved = resolvedJoins(t)
 	_, err := clientFor(t, user).CoreV1().ConfigMaps(m.ns).Create(context.Background(),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"by": user}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 }
 
-// awaitOpenWindow waits until main holds exactly commits commits and the branch worker holds
-// exactly one change: the one just written, alone in its author's open window. (The e2e tests
-// run one at a time; other workers are idle.)
+// awaitOpenWindow waits until the change just written was attributed to its author and handed
+// to the branch worker (a resolved join more, and no join pending: the join hands the change
+// over before it stops counting it as pending), and main holds exactly commits commits. The
+// change then sits in its author's open window: a CommitRequest created now reaches the worker
+// after it. (The e2e tests run one at a time; nothing else is being joined.)
 func awaitOpenWindow(t *testing.T, m *requestMirror, commits int) {
 	t.Helper()
 	var got []string
 	ok := poll(60*time.Second, func() bool {
 		got = m.commits(t)
-		return len(got) == commits && pendingChanges(t) == m.basePending+1
+		return len(got) == commits && resolvedJoins(t) > m.resolved &&
+			metric(t, "kubescribe_attribution_pending_changes") == "kubescribe_attribution_pending_changes 0"
 	})
-	require.True(t, ok, "want %d commits and one pending change; commits %q, pending %d (base %d)", commits, got, pendingChanges(t), m.basePending)
+	require.True(t, ok, "want %d commits and the write joined; commits %q, resolved joins %d (before the write %d), %s",
+		commits, got, resolvedJoins(t), m.resolved, metric(t, "kubescribe_attribution_pending_changes"))
+}
+
+// resolvedJoins is kubescribe's count of changes attributed to their authors.
+func resolvedJoins(t *testing.T) int {
+	t.Helper()
+	name := `kubescribe_attribution_joins_total{result="resolved"}`
+	line := metric(t, name)
+	v, err := strconv.ParseFloat(strings.TrimPrefix(line, name+" "), 64)
+	require.NoError(t, err, "metric line %q", line)
+	return int(v)
 }
 
 type requestSpec struct {
@@ -237,7 +255,7 @@ func TestCommitRequestAssertedAuthor(t *testing.T) {
 	require.Contains(t, body, "Kubescribe-User: alice\n")
 	require.Contains(t, body, "Kubescribe-Submitter: alice\n")
 	require.Contains(t, body, "Kubescribe-Commit-Request: "+m.ns+"/onboard")
-	require.Equal(t, m.ns+"/core/configmaps/onboarding.yaml", strings.TrimSpace(m.git(t, "show", "--format=", "--name-only", "main")))
+	require.Equal(t, "tenants/"+m.ns+"/core/configmaps/onboarding.yaml", strings.TrimSpace(m.git(t, "show", "--format=", "--name-only", "main")))
 }
 
 // With the webhook registration removed, bob's assertion is admitted but never honoured: no
@@ -317,6 +335,5 @@ func TestCommitRequestClosesOnlyTheSubmittersWindow(t *testing.T) {
 	requireConditions(t, cr, metav1.ConditionTrue, v1alpha1.ReasonCommitted, metav1.ConditionTrue, v1alpha1.ReasonAttributedFromAdmission)
 	require.Equal(t, m.git(t, "rev-parse", "main"), cr.Status.SHA)
 	require.Equal(t, "alice|kubescribe|Alice explains why", m.git(t, "log", "-1", "--format=%an|%cn|%s", "main"))
-	require.Equal(t, m.basePending, pendingChanges(t))
 	require.NotContains(t, m.git(t, "log", "--format=%B", "main"), "Not mine to close")
 }

@@ -17,33 +17,38 @@ import (
 	"github.com/kubescribe/kubescribe/test/stack"
 )
 
-// The export tests run the real CLI binary, as a user does, against the shared apiserver.
+// Binaries built from this repository for the tests that run them as a user does: the CLI,
+// and the server for a test that kills it.
 var (
-	cliOnce sync.Once
-	cliPath string
-	cliErr  error
+	buildMu  sync.Mutex
+	built    = map[string]string{} // package -> binary
+	buildErr = map[string]error{}
 )
 
-// kubescribeCLI builds cmd/kubescribe once per package run.
-func kubescribeCLI(t *testing.T) string {
+// binary builds the main package pkg ("./cmd/kubescribe") once per package run, inside the
+// stack's folder, which is removed with it after a passing run.
+func binary(t *testing.T, pkg, name string) string {
 	t.Helper()
-	cliOnce.Do(func() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if _, done := built[pkg]; !done {
+		path := filepath.Join(env.Dir, "bin", name)
 		root, err := stack.RepoRoot()
-		if err != nil {
-			cliErr = err
-			return
+		if err == nil {
+			cmd := exec.Command("go", "build", "-o", path, pkg)
+			cmd.Dir = root
+			if out, cerr := cmd.CombinedOutput(); cerr != nil {
+				err = fmt.Errorf("go build %s: %w: %s", pkg, cerr, out)
+			}
 		}
-		// Inside the stack's folder, which is removed with it after a passing run.
-		cliPath = filepath.Join(env.Dir, "bin", "kubescribe")
-		cmd := exec.Command("go", "build", "-o", cliPath, "./cmd/kubescribe")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cliErr = fmt.Errorf("go build ./cmd/kubescribe: %w: %s", err, out)
-		}
-	})
-	require.NoError(t, cliErr, "building cmd/kubescribe")
-	return cliPath
+		built[pkg], buildErr[pkg] = path, err
+	}
+	require.NoError(t, buildErr[pkg], "building %s", pkg)
+	return built[pkg]
 }
+
+// kubescribeCLI builds cmd/kubescribe once per package run.
+func kubescribeCLI(t *testing.T) string { return binary(t, "./cmd/kubescribe", "kubescribe") }
 
 // kubeconfigFor writes a kubeconfig file for a user of the control plane, context "e2e".
 func kubeconfigFor(t *testing.T, user string) string {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/test/stack"
 )
 
 // configFor is the rest config of a token user of the control plane.
@@ -55,50 +56,7 @@ type mirror struct {
 // folder path of branch main. It waits until the WatchRule is Ready.
 func newMirror(t *testing.T, ns, path string, users []string, rules []rbacv1.PolicyRule, watch []v1alpha1.ResourceRule) *mirror {
 	t.Helper()
-	ctx := context.Background()
-	admin := clientFor(t, "admin")
-	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writers"}, Rules: rules}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	var subjects []rbacv1.Subject
-	for _, u := range users {
-		subjects = append(subjects, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u})
-	}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "writers"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writers"},
-		Subjects:   subjects,
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-
-	m := &mirror{ns: ns, repo: ns, path: path}
-	m.repoDir, err = env.Git.CreateRepo(m.repo)
-	require.NoError(t, err)
-	_, err = admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "git-credentials"},
-		Data: map[string][]byte{
-			v1alpha1.SecretKeyUsername: []byte(env.Git.Username),
-			v1alpha1.SecretKeyPassword: []byte(env.Git.Password),
-			v1alpha1.SecretKeyCACert:   env.Git.CAData,
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-
-	create(t, v1alpha1.GitProvidersResource, ns, &v1alpha1.GitProvider{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitProvider"},
-		ObjectMeta: metav1.ObjectMeta{Name: "repo", Namespace: ns},
-		Spec: v1alpha1.GitProviderSpec{
-			URL:          env.Git.URL(m.repo),
-			SecretRef:    &v1alpha1.LocalObjectReference{Name: "git-credentials"},
-			CommitWindow: &metav1.Duration{Duration: time.Second},
-		},
-	})
-	create(t, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
-		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
-		Spec:       v1alpha1.GitTargetSpec{ProviderRef: v1alpha1.LocalObjectReference{Name: "repo"}, Branch: "main", Path: path},
-	})
+	m := setUpTarget(t, env, ns, path, users, rules)
 	create(t, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
 		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
@@ -108,11 +66,74 @@ func newMirror(t *testing.T, ns, path string, users []string, rules []rbacv1.Pol
 	return m
 }
 
+// setUpTarget creates, on stack s, namespace ns where the given users may write the given
+// resources, a Git repository, and the GitProvider "repo" and GitTarget "target" writing into
+// folder path of branch main. It does not wait.
+func setUpTarget(t *testing.T, s *stack.Stack, ns, path string, users []string, rules []rbacv1.PolicyRule) *mirror {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := kubernetes.NewForConfig(s.AdminConfig)
+	require.NoError(t, err)
+	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	if len(rules) > 0 {
+		_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writers"}, Rules: rules}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		var subjects []rbacv1.Subject
+		for _, u := range users {
+			subjects = append(subjects, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u})
+		}
+		_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "writers"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writers"},
+			Subjects:   subjects,
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	m := &mirror{ns: ns, repo: ns, path: path}
+	m.repoDir, err = s.Git.CreateRepo(m.repo)
+	require.NoError(t, err)
+	_, err = admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "git-credentials"},
+		Data: map[string][]byte{
+			v1alpha1.SecretKeyUsername: []byte(s.Git.Username),
+			v1alpha1.SecretKeyPassword: []byte(s.Git.Password),
+			v1alpha1.SecretKeyCACert:   s.Git.CAData,
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	createOn(t, s.AdminConfig, v1alpha1.GitProvidersResource, ns, &v1alpha1.GitProvider{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitProvider"},
+		ObjectMeta: metav1.ObjectMeta{Name: "repo", Namespace: ns},
+		Spec: v1alpha1.GitProviderSpec{
+			URL:          s.Git.URL(m.repo),
+			SecretRef:    &v1alpha1.LocalObjectReference{Name: "git-credentials"},
+			CommitWindow: &metav1.Duration{Duration: time.Second},
+		},
+	})
+	createOn(t, s.AdminConfig, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
+		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		Spec:       v1alpha1.GitTargetSpec{ProviderRef: v1alpha1.LocalObjectReference{Name: "repo"}, Branch: "main", Path: path},
+	})
+	return m
+}
+
 func create(t *testing.T, gvr schema.GroupVersionResource, ns string, obj any) {
+	t.Helper()
+	createOn(t, env.AdminConfig, gvr, ns, obj)
+}
+
+// createOn creates obj as the user of cfg.
+func createOn(t *testing.T, cfg *rest.Config, gvr schema.GroupVersionResource, ns string, obj any) {
 	t.Helper()
 	content, err := runtimeToUnstructured(obj)
 	require.NoError(t, err)
-	_, err = dynamicFor(t, "admin").Resource(gvr).Namespace(ns).Create(context.Background(), content, metav1.CreateOptions{})
+	client, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = client.Resource(gvr).Namespace(ns).Create(context.Background(), content, metav1.CreateOptions{})
 	require.NoError(t, err)
 }
 
@@ -120,9 +141,17 @@ func create(t *testing.T, gvr schema.GroupVersionResource, ns string, obj any) {
 // given, describes at least generation minGeneration.
 func waitReady(t *testing.T, gvr schema.GroupVersionResource, ns, name string, status metav1.ConditionStatus, reason string, minGeneration ...int64) *metav1.Condition {
 	t.Helper()
+	return waitReadyOn(t, env.AdminConfig, gvr, ns, name, status, reason, minGeneration...)
+}
+
+// waitReadyOn is waitReady on the cluster of cfg.
+func waitReadyOn(t *testing.T, cfg *rest.Config, gvr schema.GroupVersionResource, ns, name string, status metav1.ConditionStatus, reason string, minGeneration ...int64) *metav1.Condition {
+	t.Helper()
+	client, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
 	var last *metav1.Condition
 	ok := poll(60*time.Second, func() bool {
-		u, err := dynamicFor(t, "admin").Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		u, err := client.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}

@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func get(t *testing.T, path string) (int, string) {
@@ -53,4 +57,37 @@ func hasSeries(exposition, series string) bool {
 		}
 	}
 	return false
+}
+
+// metricValue is the value of one series of kubescribe's /metrics (0 when absent).
+func metricValue(t *testing.T, series string) float64 {
+	t.Helper()
+	f := strings.Fields(metric(t, series))
+	if len(f) != 2 {
+		return 0
+	}
+	v, err := strconv.ParseFloat(f[1], 64)
+	require.NoError(t, err)
+	return v
+}
+
+// The watch and Redis metrics move with traffic: a ConfigMap created in a mirrored namespace is
+// an event of its resource, its join reads Redis, and an informer runs for it.
+func TestWatchAndRedisMetricsMove(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-metrics", "", []string{"alice"}, configMapWriters, watchConfigMaps)
+	created := `kubescribe_watch_events_total{cluster="local",resource="configmaps",type="create"}`
+	redisOK := `kubescribe_redis_requests_total{kind="command",result="ok"}`
+	events, redisCalls := metricValue(t, created), metricValue(t, redisOK)
+	require.GreaterOrEqual(t, metricValue(t, `kubescribe_watch_informers{cluster="local"}`), 1.0)
+
+	_, err := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "counted"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	m.waitCommits(t, 1)
+	require.Greater(t, metricValue(t, created), events)
+	require.Greater(t, metricValue(t, redisOK), redisCalls)
+	code, body := get(t, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, hasSeries(body, "kubescribe_controller_queue_depth"))
 }

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
 
 // kubescribe stopped (as SIGTERM does), then bob creates and patches, alice deletes; after the
@@ -90,4 +95,164 @@ func (m *mirror) changeLines(t *testing.T, skip int) []string {
 		}
 	}
 	return lines
+}
+
+// kubescribe killed (SIGKILL) in the middle of a stream of changes by two users, more changes
+// while nothing runs, then restarted: the folder equals the cluster object for object, and the
+// last change of each object is authored by who made it.
+func TestKilledMidStreamLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	server := binary(t, "./cmd/server", "kubescribe-server")
+	m := newMirror(t, "e2e-kill", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+	require.NoError(t, env.StopKubescribe())
+	require.NoError(t, env.StartKubescribeProcess(ctx, server))
+	restarted := false
+	defer func() {
+		if !restarted { // leave the in-process kubescribe running for the other tests
+			_ = env.KillKubescribe()
+			require.NoError(t, env.StartKubescribe(ctx))
+		}
+	}()
+	// The process's own reconcile of the rule: a new generation it alone can make Ready.
+	u, err := dynamicFor(t, "admin").Resource(v1alpha1.WatchRulesResource).Namespace(m.ns).Patch(ctx, "rule", types.MergePatchType,
+		[]byte(`{"spec":{"rules":[{"apiGroups":[""],"resources":["configmaps"],"operations":["CREATE","UPDATE","DELETE"]}]}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	waitReady(t, v1alpha1.WatchRulesResource, m.ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady, u.GetGeneration())
+
+	clients := map[string]kubernetes.Interface{"alice": clientFor(t, "alice"), "bob": clientFor(t, "bob")}
+	type state struct {
+		value, writer string
+		deleted       bool
+	}
+	cluster := map[string]*state{}
+	step := 0
+	write := func(user string) {
+		t.Helper()
+		step++
+		cms := clients[user].CoreV1().ConfigMaps(m.ns)
+		name := fmt.Sprintf("cm-%d", step%7)
+		st, ok := cluster[name]
+		value := fmt.Sprintf("v%d", step)
+		switch {
+		case !ok || st.deleted:
+			_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": value}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			cluster[name] = &state{value: value, writer: user}
+		case step%5 == 0:
+			require.NoError(t, cms.Delete(ctx, name, metav1.DeleteOptions{}))
+			st.deleted, st.writer = true, user
+		default:
+			_, err := cms.Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"`+value+`"}}`), metav1.PatchOptions{})
+			require.NoError(t, err)
+			st.value, st.writer = value, user
+		}
+	}
+	users := []string{"alice", "bob"}
+	for i := range 12 {
+		write(users[i%2])
+	}
+	// Some of it is pushed; the stream goes on, and kubescribe dies in the middle of it.
+	m.waitCommits(t, 2)
+	for i := range 6 {
+		write(users[i%2])
+	}
+	require.NoError(t, env.KillKubescribe())
+	for i := range 6 {
+		write(users[(i+1)%2])
+	}
+	require.NoError(t, env.StartKubescribe(ctx))
+	restarted = true
+
+	var want []string
+	for name, st := range cluster {
+		if !st.deleted {
+			want = append(want, objectFile(m, "", "configmaps", name))
+		}
+	}
+	slices.Sort(want)
+	equal := func() bool {
+		if !slices.Equal(m.files(t), want) {
+			return false
+		}
+		for name, st := range cluster {
+			if !st.deleted && !strings.Contains(m.git(t, "show", "main:"+objectFile(m, "", "configmaps", name)), "k: "+st.value) {
+				return false
+			}
+		}
+		return true
+	}
+	require.True(t, poll(90*time.Second, equal), "the folder must equal the cluster: files %v, want %v", m.files(t), want)
+
+	// The last change line of each object names its last writer.
+	lastAuthor := map[string]string{}
+	for _, c := range m.changeLines(t, 0) {
+		author, line, _ := strings.Cut(c, "|")
+		_, name, _ := strings.Cut(strings.Fields(line)[2], "/")
+		lastAuthor[name] = author
+	}
+	for name, st := range cluster {
+		if author, ok := lastAuthor[name]; ok || !st.deleted {
+			// An object deleted before any commit held it needs no commit at all.
+			require.Equal(t, st.writer, author, "the last change of %s", name)
+		}
+	}
+}
+
+// A commit pushed to the branch by someone else while changes flow: kubescribe's next push is
+// refused, it rebuilds its commits on the new tip and pushes again. Nothing is lost, nothing is
+// forced: the foreign commit stays in the history, and its file stays.
+func TestForeignCommitMidStream(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-foreign", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
+	_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	m.waitCommits(t, 1)
+
+	rejected := func() float64 {
+		f := strings.Fields(metric(t, `kubescribe_git_push_total{result="rejected"}`))
+		if len(f) != 2 {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		return v
+	}
+	rejectedBefore := rejected()
+
+	// Someone else commits README.md on main, straight into the server's repository.
+	tip := m.git(t, "rev-parse", "main")
+	blob := strings.TrimSpace(gitStdin(t, m.repoDir, "hello\n", "hash-object", "-w", "--stdin"))
+	base := m.git(t, "ls-tree", "main")
+	tree := strings.TrimSpace(gitStdin(t, m.repoDir, base+"\n100644 blob "+blob+"\tREADME.md\n", "mktree"))
+	foreign := strings.TrimSpace(gitStdin(t, m.repoDir, "a foreign commit\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com", "commit-tree", tree, "-p", tip))
+	m.git(t, "update-ref", "refs/heads/main", foreign, tip)
+
+	_, err = bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = alice.Patch(ctx, "a", types.MergePatchType, []byte(`{"data":{"k":"v2"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	want := []string{"README.md", objectFile(m, "", "configmaps", "a"), objectFile(m, "", "configmaps", "b")}
+	slices.Sort(want)
+	require.True(t, poll(60*time.Second, func() bool {
+		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", "main:"+objectFile(m, "", "configmaps", "a")), "v2")
+	}), "files: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless the foreign commit is kept
+	require.Greater(t, rejected(), rejectedBefore, "the push after the foreign commit was refused and retried")
+	byObject := map[string]string{}
+	for _, c := range m.changeLines(t, 0) {
+		author, line, _ := strings.Cut(c, "|")
+		f := strings.Fields(line)
+		byObject[f[2]+" "+f[0]] = author
+	}
+	require.Equal(t, map[string]string{"e2e-foreign/a create": "alice", "e2e-foreign/b create": "bob", "e2e-foreign/a update": "alice"}, byObject)
+}
+
+// gitStdin runs git on a bare repository with stdin and returns its output.
+func gitStdin(t *testing.T, gitDir, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.Output()
+	require.NoError(t, err, "git %s", strings.Join(args, " "))
+	return string(out)
 }

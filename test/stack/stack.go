@@ -11,9 +11,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -44,6 +48,9 @@ type Options struct {
 	Grace time.Duration
 	// Logf receives progress messages; optional.
 	Logf func(format string, args ...any)
+	// KubescribeConfig, when set, turns the rest config kubescribe would use into the one it
+	// uses: a test may put something between kubescribe and the apiserver.
+	KubescribeConfig func(*rest.Config) (*rest.Config, error)
 }
 
 // Stack is a running control plane with kubescribe installed and running.
@@ -57,11 +64,15 @@ type Stack struct {
 	// plane's audit serving certificate (signed by its CA); its address is kept across restarts.
 	AdmissionURL string
 
-	grace   time.Duration
-	app     *app.App
-	logFile *os.File
-	cancel  context.CancelFunc
-	done    chan error
+	grace time.Duration
+	// kubescribeConfig is Options.KubescribeConfig.
+	kubescribeConfig func(*rest.Config) (*rest.Config, error)
+	app              *app.App
+	logFile          *os.File
+	cancel           context.CancelFunc
+	done             chan error
+	// proc is kubescribe when it runs as a process (StartKubescribeProcess).
+	proc *exec.Cmd
 
 	// admissionAddr is kept across restarts, so the webhook registration stays valid.
 	admissionAddr string
@@ -77,7 +88,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{ControlPlane: cp}
+	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -109,6 +120,11 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	}
 	o := app.DefaultOptions()
 	o.RestConfig = cp.UserConfig("kubescribe")
+	if s.kubescribeConfig != nil {
+		if o.RestConfig, err = s.kubescribeConfig(o.RestConfig); err != nil {
+			return err
+		}
+	}
 	o.RedisAddr = cp.RedisAddr
 	o.AuditListenAddress = cp.Audit.ListenAddr
 	o.OpsListenAddress = "127.0.0.1:0"
@@ -136,9 +152,74 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	return s.waitReady(ctx)
 }
 
+// StartKubescribeProcess runs kubescribe as the cmd/server binary bin, with the settings
+// StartKubescribe uses, and waits until it is ready; KillKubescribe ends it as SIGKILL does.
+// Its output is appended to LogPath.
+func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
+	cp := s.ControlPlane
+	s.LogPath = filepath.Join(cp.Dir, "kubescribe.log")
+	var err error
+	if s.logFile, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	opsAddr := ln.Addr().String()
+	_ = ln.Close()
+	grace := s.grace
+	if grace <= 0 {
+		grace = app.DefaultOptions().AttributionGrace
+	}
+	cmd := exec.Command(bin,
+		"--kubeconfig="+cp.KubeconfigPath("kubescribe"),
+		"--redis-addr="+cp.RedisAddr,
+		"--audit-listen-address="+cp.Audit.ListenAddr,
+		"--ops-listen-address="+opsAddr,
+		"--tls-cert-file="+cp.Audit.CertFile, "--tls-private-key-file="+cp.Audit.KeyFile,
+		"--audit-client-ca-file="+cp.Audit.ClientCAFile, "--audit-token-file="+cp.Audit.TokenFile,
+		// The CommitRequest webhook on the address it was registered with (disabled when no
+		// in-process kubescribe ran before to pick one).
+		"--admission-listen-address="+s.admissionAddr,
+		"--shutdown-timeout=20s", "--attribution-grace="+grace.String(),
+		"--log-format=json", "--log-level=debug")
+	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", bin, err)
+	}
+	s.proc, s.OpsURL = cmd, "http://"+opsAddr
+	s.done = make(chan error, 1)
+	go func() { s.done <- cmd.Wait() }()
+	return s.waitReady(ctx)
+}
+
+// KillKubescribe kills a kubescribe started by StartKubescribeProcess with SIGKILL: nothing
+// of its shutdown runs.
+func (s *Stack) KillKubescribe() error {
+	if s.proc == nil {
+		return errors.New("kubescribe does not run as a process")
+	}
+	_ = s.proc.Process.Kill()
+	<-s.done
+	s.proc = nil
+	if s.logFile != nil {
+		_ = s.logFile.Close()
+		s.logFile = nil
+	}
+	return nil
+}
+
 // StopKubescribe stops kubescribe gracefully, as SIGTERM does, and returns once it exited.
 func (s *Stack) StopKubescribe() error {
 	var err error
+	if s.proc != nil {
+		_ = s.proc.Process.Signal(syscall.SIGTERM)
+		if perr := <-s.done; perr != nil {
+			err = fmt.Errorf("kubescribe: %w", perr)
+		}
+		s.proc = nil
+	}
 	if s.cancel != nil {
 		s.cancel()
 		if rerr := <-s.done; rerr != nil {
@@ -245,7 +326,7 @@ func (s *Stack) install(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		list, err := dc.ServerResourcesForGroupVersion("kubescribe.dev/v1alpha1")
-		if err == nil && len(list.APIResources) >= 3 && serves(list, "commitrequests") {
+		if err == nil && servedKinds(list) >= len(crds) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -259,13 +340,15 @@ func (s *Stack) install(ctx context.Context) error {
 	}
 }
 
-func serves(list *metav1.APIResourceList, resource string) bool {
+// servedKinds counts the resources of list that are not subresources.
+func servedKinds(list *metav1.APIResourceList) int {
+	n := 0
 	for _, r := range list.APIResources {
-		if r.Name == resource {
-			return true
+		if !strings.Contains(r.Name, "/") {
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // RegisterWebhook registers (again) the CommitRequest ValidatingWebhookConfiguration that

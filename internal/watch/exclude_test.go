@@ -1,0 +1,93 @@
+package watch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+)
+
+func managed(entries ...metav1.ManagedFieldsEntry) *unstructured.Unstructured {
+	u := configMap("x", "1", nil)
+	u.SetManagedFields(entries)
+	return u
+}
+
+func entry(manager string, sec int, subresource string) metav1.ManagedFieldsEntry {
+	t := metav1.NewTime(time.Date(2026, 11, 30, 10, 0, sec, 0, time.UTC))
+	return metav1.ManagedFieldsEntry{Manager: manager, Time: &t, Subresource: subresource, Operation: metav1.ManagedFieldsOperationUpdate}
+}
+
+func TestNewestManagersExcluded(t *testing.T) {
+	excl := []string{"argocd-controller", "kustomize-controller"}
+	for _, tt := range []struct {
+		name string
+		u    *unstructured.Unstructured
+		want bool
+	}{
+		{"no managedFields", managed(), false},
+		{"newest is excluded", managed(entry("kubectl", 1, ""), entry("argocd-controller", 2, "")), true},
+		{"newest is not excluded", managed(entry("argocd-controller", 1, ""), entry("kubectl", 2, "")), false},
+		{"a status write does not count", managed(entry("argocd-controller", 1, ""), entry("kubelet", 2, "status")), true},
+		{"a tie excludes only when every tied manager is excluded", managed(entry("argocd-controller", 2, ""), entry("kubectl", 2, "")), false},
+		{"a tie of excluded managers excludes", managed(entry("argocd-controller", 2, ""), entry("kustomize-controller", 2, "")), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, newestManagersExcluded(tt.u, excl))
+		})
+	}
+}
+
+// TestExcludeFieldManagers: a live write whose newest field manager a stream excludes is not
+// handed on and is counted; the next write by someone else is, and deletes never are excluded.
+func TestExcludeFieldManagers(t *testing.T) {
+	existing := configMap("cfg", "1", map[string]any{"a": "1"})
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, existing)
+	changes := make(chan Change, 16)
+	metrics := NewMetrics(prometheus.NewRegistry())
+	r, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }, Metrics: metrics})
+	require.NoError(t, err)
+	m, err := r.AddCluster("local", client, fakeDiscovery())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.Start(ctx)
+	defer r.Stop()
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo",
+		ExcludeFieldManagers: []string{"argocd-controller"}, ExcludeUsers: []string{"system:serviceaccount:argocd:app"}}})
+	snap := nextChange(t, changes)
+	require.True(t, snap.Snapshot, "the initial state is never excluded")
+	require.Equal(t, []string{"system:serviceaccount:argocd:app"}, snap.ExcludeUsers, "user exclusions travel to the join")
+
+	cms := client.Resource(configMaps).Namespace("demo")
+	byArgo := configMap("cfg", "2", map[string]any{"a": "2"})
+	byArgo.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 1, ""), entry("argocd-controller", 5, "")})
+	_, err = cms.Update(ctx, byArgo, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	byHuman := configMap("cfg", "3", map[string]any{"a": "3"})
+	byHuman.SetManagedFields([]metav1.ManagedFieldsEntry{entry("argocd-controller", 5, ""), entry("kubectl", 9, "")})
+	_, err = cms.Update(ctx, byHuman, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	got := nextChange(t, changes)
+	require.Equal(t, "3", got.ResourceVersion, "the excluded write is skipped, the next one is not")
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.excludes.WithLabelValues("local", "configmaps", "field_manager")))
+
+	byArgoAgain := configMap("cfg", "4", map[string]any{"a": "4"})
+	byArgoAgain.SetManagedFields([]metav1.ManagedFieldsEntry{entry("argocd-controller", 12, "")})
+	_, err = cms.Update(ctx, byArgoAgain, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, cms.Delete(ctx, "cfg", metav1.DeleteOptions{}))
+	del := nextChange(t, changes)
+	require.Equal(t, OpDelete, del.Op, "a delete is never excluded by field manager")
+}
