@@ -7,7 +7,7 @@ KUBE_APISERVER := $(BIN)/kube-apiserver
 # Debian packages the tests and the demo start for real.
 DEB_PACKAGES := etcd-server redis-server git ca-certificates
 
-.PHONY: all build test test-unit test-e2e demo generate verify-generate bench load lint deps kube-apiserver clean
+.PHONY: all build test test-unit test-e2e demo generate verify-generate bench load load-snapshot lint deps kube-apiserver clean
 
 all: build
 
@@ -67,6 +67,12 @@ bench:
 ## LOAD_FLAGS=-duration=20s, are passed to test/load.
 load: deps kube-apiserver
 	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/load $(LOAD_FLAGS)
+
+## load-snapshot: issue 5's measurement (e): a 10,000-ConfigMap snapshot and 10,000 further commits
+## against the real control plane, with kubescribe's RSS (test/snapshotload; not part of make test).
+## Flags through LOAD_SNAPSHOT_FLAGS, e.g. LOAD_SNAPSHOT_FLAGS="-pprof -gctrace".
+load-snapshot: deps kube-apiserver
+	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/snapshotload $(LOAD_SNAPSHOT_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -77,7 +77,8 @@ const (
 	ReasonHostKeyRejected string = "HostKeyRejected"
 
 	// ReasonPathOverlap: a GitTarget's folder overlaps (equals, contains or lies inside) the
-	// folder of an older GitTarget on the same repository branch; the older one keeps writing.
+	// folder of another GitTarget that writes on the same repository branch; the one already
+	// writing keeps it (between two that both write, the older).
 	ReasonPathOverlap string = "PathOverlap"
 
 	// ReasonPushFailed: a GitTarget's commits could not be pushed; the push is retried and

@@ -79,14 +79,19 @@ type ResourceRule struct {
 	// +kubebuilder:validation:MaxItems=4
 	Operations []Operation `json:"operations,omitempty"`
 
-	// ExcludeFieldManagers lists field managers whose writes are not mirrored. Reserved, not yet
-	// enforced: the controller reports Ready=False with reason InvalidSpec while it is set.
+	// ExcludeFieldManagers lists field managers whose writes are not mirrored: a create or
+	// update whose newest managedFields entry (status writes aside) names one of them is not
+	// committed. With several entries at the newest time (managedFields times have a
+	// one-second resolution) the write is excluded only when every one of them is listed. A
+	// delete is never excluded this way, nor the state found when a stream starts. Typical
+	// use: a GitOps tool's own writes ("argocd-controller", "kustomize-controller").
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	ExcludeFieldManagers []string `json:"excludeFieldManagers,omitempty"`
 
-	// ExcludeUsers lists users whose writes are not mirrored. Reserved, not yet enforced: the
-	// controller reports Ready=False with reason InvalidSpec while it is set.
+	// ExcludeUsers lists users whose writes are not mirrored: a change attributed to one of
+	// them (deletes included) is not committed. An unresolved change is never excluded. When
+	// several rules select one resource, only what all of them exclude is excluded.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	ExcludeUsers []string `json:"excludeUsers,omitempty"`
@@ -175,7 +180,7 @@ func (r *ResourceRule) MatchesOperation(op Operation) bool {
 	return slices.Contains(r.GetOperations(), op)
 }
 
-// HasExclusions reports whether the rule sets a reserved exclude* field.
+// HasExclusions reports whether the rule sets an exclude* field.
 func (r *ResourceRule) HasExclusions() bool {
 	return r != nil && (len(r.ExcludeFieldManagers) > 0 || len(r.ExcludeUsers) > 0)
 }

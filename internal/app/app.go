@@ -112,11 +112,15 @@ func New(opts Options) (_ *App, err error) {
 	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry)
 	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
+	watchMetrics := watch.NewMetrics(opts.Registry)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
 		Facts:   a.store,
 		Grace:   opts.AttributionGrace,
 		Logger:  a.log.With("component", "attribution"),
 		Metrics: attribution.NewMetrics(opts.Registry),
+		Excluded: func(c watch.Change) {
+			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -127,7 +131,7 @@ func New(opts Options) (_ *App, err error) {
 		Render:           declared.Manifest,
 		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
 		Logger:           a.log.With("component", "watch"),
-		Metrics:          watch.NewMetrics(opts.Registry),
+		Metrics:          watchMetrics,
 		Cursors:          cursors,
 		DiscoveryRefresh: opts.DiscoveryRefresh,
 	})

@@ -33,20 +33,24 @@ type JoinerOptions struct {
 	Grace   time.Duration // <= 0 means DefaultGrace
 	Logger  *slog.Logger  // nil means slog.Default()
 	Metrics *Metrics      // may be nil
+	// Excluded, when set, is told of each change dropped because its stream excludes the user
+	// it is attributed to (for metrics). It must not block.
+	Excluded func(watch.Change)
 }
 
 // Joiner attributes watch changes to the users who made them. Each change waits for its fact on
 // its own — woken by the fact's announcement, not by polling — so one object waiting never holds
 // up another; changes of one object are emitted in the order they were observed.
 type Joiner struct {
-	facts   factSource
-	grace   time.Duration
-	log     *slog.Logger
-	metrics *Metrics
+	facts    factSource
+	grace    time.Duration
+	log      *slog.Logger
+	metrics  *Metrics
+	excluded func(watch.Change)
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // "<route>/<uid>" -> wake-up channels
-	tails   map[string]chan struct{}              // "<route>/<uid>" -> closed once its newest change is emitted
+	tails   map[string]chan struct{}              // object path -> closed once its newest change is emitted
 	wg      sync.WaitGroup
 }
 
@@ -62,12 +66,13 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		opts.Logger = slog.Default()
 	}
 	return &Joiner{
-		facts:   opts.Facts,
-		grace:   opts.Grace,
-		log:     opts.Logger,
-		metrics: opts.Metrics,
-		waiters: map[string]map[chan struct{}]struct{}{},
-		tails:   map[string]chan struct{}{},
+		facts:    opts.Facts,
+		grace:    opts.Grace,
+		log:      opts.Logger,
+		metrics:  opts.Metrics,
+		excluded: opts.Excluded,
+		waiters:  map[string]map[chan struct{}]struct{}{},
+		tails:    map[string]chan struct{}{},
 	}, nil
 }
 
@@ -125,8 +130,8 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 		if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
 			// The rule does not mirror this user's writes; an unresolved author is never
 			// excluded.
-			if j.metrics != nil {
-				j.metrics.excluded.Inc()
+			if j.excluded != nil {
+				j.excluded(c)
 			}
 		} else {
 			emit(AttributedChange{Change: c, Author: author})

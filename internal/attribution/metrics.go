@@ -9,7 +9,6 @@ import (
 
 // Metrics of the join.
 type Metrics struct {
-	excluded     prometheus.Counter
 	joins        *prometheus.CounterVec
 	wait         *prometheus.HistogramVec
 	pending      prometheus.Gauge
@@ -32,10 +31,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		pending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kubescribe_attribution_pending_changes",
 			Help: "Changes waiting for their audit fact or for an earlier change of the same object.",
-		}),
-		excluded: f.NewCounter(prometheus.CounterOpts{
-			Name: "kubescribe_attribution_excluded_changes_total",
-			Help: "Changes not mirrored because their rule excludes the user they are attributed to (excludeUsers).",
 		}),
 		lookupErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_attribution_lookup_errors_total",

@@ -84,7 +84,7 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 	}
 	if other, ok := c.overlappingTarget(name, t, remote.URL); ok {
 		return unroute(v1alpha1.ReasonPathOverlap, fmt.Sprintf(
-			"folder %q of branch %q overlaps the folder %q of GitTarget %s, which writes to the same repository branch and is older; give each GitTarget a folder of its own",
+			"folder %q of branch %q overlaps the folder %q of GitTarget %s, which writes to the same repository branch; give each GitTarget a folder of its own",
 			cleanPath(t.Spec.Path), t.Spec.Branch, cleanPath(other.Spec.Path), types.NamespacedName{Namespace: other.Namespace, Name: other.Name}))
 	}
 	if err := c.opts.Router.Route(name, git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path}); err != nil {
@@ -103,10 +103,13 @@ func (c *Controller) isProviderReady(name types.NamespacedName) bool {
 	return c.providerReady[name]
 }
 
-// overlappingTarget returns an older GitTarget (by creation, then namespace/name) whose folder
-// overlaps t's on the same branch of the same repository (the URLs of their GitProviders).
-// Two writers of one folder would undo each other's sweeps; the older one keeps it.
+// overlappingTarget returns a GitTarget that holds a folder overlapping t's on the same branch
+// of the same repository (the URLs of their GitProviders). Two writers of one folder would undo
+// each other's sweeps. Only a target that writes (is routed) holds its folder: an established
+// claim beats a pending one, and between two established claims the older target (by
+// creation, then namespace/name) keeps it.
 func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.GitTarget, url string) (*v1alpha1.GitTarget, bool) {
+	self := c.opts.Router.Routed(name)
 	var found *v1alpha1.GitTarget
 	for _, obj := range c.informers[kindTarget].GetIndexer().List() {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -117,7 +120,8 @@ func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.Gi
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &other) != nil || other.Spec.Branch != t.Spec.Branch {
 			continue
 		}
-		if !pathsOverlap(other.Spec.Path, t.Spec.Path) || !olderTarget(&other, t) {
+		otherName := types.NamespacedName{Namespace: other.Namespace, Name: other.Name}
+		if !pathsOverlap(other.Spec.Path, t.Spec.Path) || !c.opts.Router.Routed(otherName) || (self && !olderTarget(&other, t)) {
 			continue
 		}
 		var p v1alpha1.GitProvider

@@ -106,12 +106,6 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	if source == nil {
 		return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("source cluster %q is not registered", c.opts.Cluster), notReadyRecheck)
 	}
-	for i := range req.rules {
-		if req.rules[i].HasExclusions() {
-			return stop(v1alpha1.ReasonInvalidSpec,
-				fmt.Sprintf("rules[%d]: excludeFieldManagers and excludeUsers are not supported by this version of kubescribe; remove them", i), 0)
-		}
-	}
 	if req.invalid != "" {
 		return stop(v1alpha1.ReasonInvalidSpec, req.invalid, 0)
 	}
@@ -156,7 +150,8 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 			scopes = namespaces
 		}
 		for _, ns := range scopes {
-			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations})
+			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers})
 		}
 		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
@@ -253,6 +248,9 @@ func selectors(rules []v1alpha1.ResourceRule) []watch.Selector {
 			APIVersions: rules[i].APIVersions,
 			Resources:   rules[i].Resources,
 			Operations:  watchOps(rules[i].GetOperations()),
+
+			ExcludeFieldManagers: rules[i].ExcludeFieldManagers,
+			ExcludeUsers:         rules[i].ExcludeUsers,
 		}
 	}
 	return out

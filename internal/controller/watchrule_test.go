@@ -62,25 +62,6 @@ func TestSyncRule(t *testing.T) {
 		notMsg     []string
 	}{
 		{
-			name: "exclusions are reserved",
-			rule: newRule("cms", "web",
-				rule(core, []string{"configmaps"}),
-				v1alpha1.ResourceRule{APIGroups: core, Resources: []string{"configmaps"}, ExcludeUsers: []string{"system:serviceaccount:ci:bot"}}),
-			objects:    readySeed(""),
-			ready:      true,
-			wantReason: v1alpha1.ReasonInvalidSpec,
-			wantMsg:    []string{"rules[1]", "excludeUsers"},
-		},
-		{
-			name: "field manager exclusions are reserved",
-			rule: newRule("cms", "web",
-				v1alpha1.ResourceRule{APIGroups: core, Resources: []string{"configmaps"}, ExcludeFieldManagers: []string{"kubectl"}}),
-			objects:    readySeed(""),
-			ready:      true,
-			wantReason: v1alpha1.ReasonInvalidSpec,
-			wantMsg:    []string{"rules[0]", "excludeFieldManagers"},
-		},
-		{
 			name:       "target not found",
 			rule:       newRule("cms", "nope", rule(core, []string{"configmaps"})),
 			objects:    readySeed(""),
@@ -573,4 +554,22 @@ func TestResolveRulesNeverSelectsSecrets(t *testing.T) {
 		require.Equal(t, []string{"v1/secrets"}, ignored.list(ignored.res.Secrets))
 		require.Contains(t, ignored.describe(), "Secrets are never mirrored")
 	}
+}
+
+// TestSelectorsCarryExclusions: a rule's excludeFieldManagers and excludeUsers reach the
+// resolved resource; two rules selecting one resource exclude only what both exclude.
+func TestSelectorsCarryExclusions(t *testing.T) {
+	fd, _ := newDiscovery(nil)
+	rules := []v1alpha1.ResourceRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, ExcludeFieldManagers: []string{"argocd-controller", "kubectl"}, ExcludeUsers: []string{"ci-bot"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, ExcludeFieldManagers: []string{"argocd-controller"}},
+	}
+	res, err := watch.Resolve(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, selectors(rules), true)
+	require.NoError(t, err)
+	got := map[string][2][]string{}
+	for _, r := range res.Resources {
+		got[r.GVR.Resource] = [2][]string{r.ExcludeFieldManagers, r.ExcludeUsers}
+	}
+	require.Equal(t, [2][]string{{"argocd-controller", "kubectl"}, {"ci-bot"}}, got["configmaps"])
+	require.Equal(t, [2][]string{{"argocd-controller"}, nil}, got["pods"])
 }

@@ -1,6 +1,8 @@
 package git
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +101,29 @@ func TestSweepRemovesOnlyTheGoneObjectsOfItsResourceAndFolder(t *testing.T) {
 	require.Contains(t, files, "prod/shop/core/configmaps/kept.yaml")
 	require.Contains(t, files, "prod/shop/example.com/widgets/w1.yaml", "another resource is not swept")
 	require.Contains(t, files, "staging/shop/core/configmaps/gone.yaml", "another folder is not swept")
+}
+
+// TestCommitsAheadOfAPushAreBounded: under a stream of changes from alternating authors (each
+// change its own commit), at most maxUnpushedCommits commits are built ahead of a push; the
+// rest waits queued, and everything is delivered in order.
+func TestCommitsAheadOfAPushAreBounded(t *testing.T) {
+	dir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = time.Hour // only a change of author closes a window
+	tw := newTestWorker(t, opts)
+	var most int
+	tw.pushFn = func(ctx context.Context) error {
+		most = max(most, len(tw.plans)) // the worker goroutine runs pushFn
+		return tw.pushOnce(ctx)
+	}
+	const n = 3*maxUnpushedCommits + 7
+	for i := range n {
+		user := []string{"alice", "bob"}[i%2]
+		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", "cfg", fmt.Sprint(i))))
+	}
+	tw.Submit("", by("carol", "last", cmChange(watch.OpUpdate, "demo", "cfg", "last"))) // closes bob's window
+	tw.start(t)
+	require.Eventually(t, func() bool { return len(tw.pushes.commits()) == n }, 60*time.Second, 10*time.Millisecond)
+	require.LessOrEqual(t, most, maxUnpushedCommits)
+	require.Contains(t, gitShow(t, dir, "main", "demo/core/configmaps/cfg.yaml"), fmt.Sprint(n-1))
 }

@@ -63,6 +63,11 @@ const (
 	// which tells a rewound branch from one that moved on. The working store keeps the commit
 	// objects (not their trees) of that many commits of history.
 	rewindScanLimit = 1000
+	// maxUnpushedCommits bounds the commits built ahead of a push. Each commit holds every tree
+	// it rewrote (a directory of 10,000 objects is a 420 KB tree); under a steady stream from
+	// several authors, thousands of commits built while one push runs would hold gigabytes.
+	// The rest of the queue waits as submissions, which hold only their manifests.
+	maxUnpushedCommits = 64
 	// compactSlack is how many objects the working store may gain before it is compacted back
 	// to the tip's trees, once nothing is unpushed.
 	compactSlack = 4096
@@ -354,7 +359,17 @@ func (w *Worker) drain() {
 	q := w.queue
 	w.queue = nil
 	w.mu.Unlock()
-	w.acceptAll(q)
+	for i, s := range q {
+		if len(w.plans) >= maxUnpushedCommits {
+			// Enough commits wait for a push: the rest stays queued, as submissions, until a
+			// push made room (delivered wakes the loop again).
+			w.mu.Lock()
+			w.queue = append(q[i:len(q):len(q)], w.queue...)
+			w.mu.Unlock()
+			return
+		}
+		w.accept(s)
+	}
 }
 
 func (w *Worker) acceptAll(q []submission) {
@@ -597,6 +612,16 @@ func (w *Worker) delivered(n int) {
 	w.log.Info("pushed", "commits", n, "changes", changes, "tip", w.remoteTip.String())
 	if w.opts.OnPushed != nil && (n > 0 || len(res.Settled) > 0) {
 		w.opts.OnPushed(res)
+	}
+	w.mu.Lock()
+	queued := len(w.queue) > 0
+	w.mu.Unlock()
+	if queued {
+		// Submissions held back while the commits waited for this push: build the next ones.
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -81,7 +81,7 @@ func TestExcludeFieldManagers(t *testing.T) {
 	require.NoError(t, err)
 	got := nextChange(t, changes)
 	require.Equal(t, "3", got.ResourceVersion, "the excluded write is skipped, the next one is not")
-	require.Equal(t, 1.0, testutil.ToFloat64(metrics.excludes.WithLabelValues("local", "configmaps", "field_manager")))
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.excludes.WithLabelValues("demo", "t", "", "configmaps", "field_manager")))
 
 	byArgoAgain := configMap("cfg", "4", map[string]any{"a": "4"})
 	byArgoAgain.SetManagedFields([]metav1.ManagedFieldsEntry{entry("argocd-controller", 12, "")})
@@ -90,4 +90,32 @@ func TestExcludeFieldManagers(t *testing.T) {
 	require.NoError(t, cms.Delete(ctx, "cfg", metav1.DeleteOptions{}))
 	del := nextChange(t, changes)
 	require.Equal(t, OpDelete, del.Op, "a delete is never excluded by field manager")
+}
+
+// TestCompactTransform: the informers keep identity, the declared form and reduced
+// managedFields, nothing else of the object.
+func TestCompactTransform(t *testing.T) {
+	u := configMap("cfg", "7", map[string]any{"a": "1"})
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 3, ""), entry("kubelet", 4, "status")})
+	u.SetLabels(map[string]string{"app": "x"})
+	out, err := compactTransform(renderData)(u)
+	require.NoError(t, err)
+	c := out.(*unstructured.Unstructured)
+	require.Equal(t, "cfg", c.GetName())
+	require.Equal(t, "demo", c.GetNamespace())
+	require.Equal(t, types.UID("uid-cfg"), c.GetUID())
+	require.Equal(t, "7", c.GetResourceVersion())
+	require.Nil(t, c.Object["data"])
+	require.Nil(t, c.GetLabels())
+	mf := c.GetManagedFields()
+	require.Len(t, mf, 2)
+	require.Equal(t, "kubelet", mf[1].Manager)
+	require.Equal(t, "status", mf[1].Subresource)
+	require.True(t, mf[0].Time.Equal(entry("kubectl", 3, "").Time))
+	manifest, err := manifestOf(c)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a":"1"}`, string(manifest))
+	again, err := compactTransform(renderData)(c)
+	require.NoError(t, err)
+	require.Same(t, c, again, "a compact object is kept as is")
 }

@@ -55,7 +55,6 @@ func (s *subscription) allows(op Op) bool { return len(s.ops) == 0 || slices.Con
 type sharedInformer struct {
 	cluster string
 	key     informerKey
-	render  Render
 	emit    func(Change)
 	metrics *Metrics
 	log     *slog.Logger
@@ -77,7 +76,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	s := &sharedInformer{
 		cluster: cluster,
 		key:     key,
-		render:  opts.Render,
+
 		emit:    opts.Emit,
 		metrics: opts.Metrics,
 		cursors: opts.Cursors,
@@ -88,6 +87,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, key.gvr, key.namespace, 0, cache.Indexers{}, nil).Informer()
+	_ = s.informer.SetTransform(compactTransform(opts.Render))
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		s.setErr(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -209,7 +209,7 @@ func (s *sharedInformer) primeLocked(sub *subscription) {
 		if !ok {
 			continue
 		}
-		manifest, err := s.render(u)
+		manifest, err := manifestOf(u)
 		if err != nil {
 			s.log.Error("cannot render the declared form; object skipped", "name", u.GetName(), "err", err)
 			continue
@@ -242,7 +242,8 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 		op = OpUpdate // the folder holds an older version
 	}
 	if sub.cursor.Known && s.excludedLocked(sub, u) {
-		return // a write made while nothing watched, by an excluded field manager
+		delete(sub.seen, u.GetUID()) // the folder does not hold this form
+		return                       // a write made while nothing watched, by an excluded field manager
 	}
 	c := s.change(sub, u, op)
 	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
@@ -255,7 +256,7 @@ func (s *sharedInformer) excludedLocked(sub *subscription, u *unstructured.Unstr
 	if len(sub.excludeFieldManagers) == 0 || !newestManagersExcluded(u, sub.excludeFieldManagers) {
 		return false
 	}
-	s.metrics.excluded(s.cluster, s.key.gvr, "field_manager")
+	s.metrics.Excluded(sub.target, s.key.gvr, ReasonFieldManager)
 	return true
 }
 
@@ -346,7 +347,7 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 		return
 	}
 	s.metrics.observed(s.cluster, s.key.gvr, op)
-	manifest, err := s.render(u)
+	manifest, err := manifestOf(u)
 	if err != nil {
 		s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
 		return
@@ -360,11 +361,16 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 			continue
 		}
 		prev, known := sub.seen[u.GetUID()]
-		sub.seen[u.GetUID()] = sum
 		if known && prev == sum {
 			continue // only server-side or status fields changed: nothing declared changed
 		}
-		if !sub.allows(op) || s.excludedLocked(sub, u) {
+		if s.excludedLocked(sub, u) {
+			// Not mirrored, and not seeding the dedup state either: the folder does not hold
+			// this form, so the next write that produces it must be mirrored.
+			continue
+		}
+		sub.seen[u.GetUID()] = sum
+		if !sub.allows(op) {
 			continue
 		}
 		c := s.change(sub, u, op)

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Metrics of the watch side. One Metrics serves every cluster of a Registry.
@@ -28,9 +29,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Running informers, by cluster: one per (resource, namespace scope), shared by every GitTarget that selects it.",
 		}, []string{"cluster"}),
 		excludes: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubescribe_watch_excluded_changes_total",
-			Help: "Writes a rule excludes, not mirrored, by cluster, resource and reason (field_manager).",
-		}, []string{"cluster", "resource", "reason"}),
+			Name: "kubescribe_watch_events_excluded_total",
+			Help: "Writes a rule excludes from a GitTarget, not mirrored, by GitTarget, group, resource and reason (field_manager: excludeFieldManagers; user: excludeUsers).",
+		}, []string{"gittarget_namespace", "gittarget_name", "group", "resource", "reason"}),
 		refreshes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_watch_discovery_refreshes_total",
 			Help: "Reads of a cluster's discovery catalog after the first, by cluster and result: changed, unchanged or failed (the last catalog is kept).",
@@ -65,9 +66,17 @@ func (m *Metrics) setTrigger(cluster string, gvr schema.GroupVersionResource, on
 	}
 }
 
-func (m *Metrics) excluded(cluster string, gvr schema.GroupVersionResource, reason string) {
+// The reasons of kubescribe_watch_events_excluded_total.
+const (
+	ReasonFieldManager = "field_manager"
+	ReasonUser         = "user"
+)
+
+// Excluded counts a write not mirrored to target because a rule excludes its field manager
+// or its user. The join reports user exclusions through it.
+func (m *Metrics) Excluded(target types.NamespacedName, gvr schema.GroupVersionResource, reason string) {
 	if m != nil {
-		m.excludes.WithLabelValues(cluster, resourceLabel(gvr), reason).Inc()
+		m.excludes.WithLabelValues(target.Namespace, target.Name, gvr.Group, gvr.Resource, reason).Inc()
 	}
 }
 

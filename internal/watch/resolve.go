@@ -21,6 +21,10 @@ type Selector struct {
 	APIVersions []string
 	Resources   []string
 	Operations  []Op
+	// ExcludeFieldManagers and ExcludeUsers are the selector's write exclusions (see
+	// StreamSpec).
+	ExcludeFieldManagers []string
+	ExcludeUsers         []string
 }
 
 // Resource is one resource a set of selectors resolved to: the version it is watched in, and
@@ -29,6 +33,10 @@ type Resource struct {
 	GVR        schema.GroupVersionResource
 	Namespaced bool
 	Operations []Op
+	// ExcludeFieldManagers and ExcludeUsers are what every selector matching the resource
+	// excludes: a selector that does not exclude a write wants it mirrored.
+	ExcludeFieldManagers []string
+	ExcludeUsers         []string
 }
 
 // UnresolvedReason says why a selector entry resolved to no resource.
@@ -259,8 +267,12 @@ func (c *Catalog) Resolve(selectors []Selector, namespacedOnly bool) Resolution 
 					note(pattern, "")
 					r, ok := byGVR[gvr]
 					if !ok {
-						r = &Resource{GVR: gvr, Namespaced: res.Namespaced, Operations: []Op{}}
+						r = &Resource{GVR: gvr, Namespaced: res.Namespaced, Operations: []Op{},
+							ExcludeFieldManagers: slices.Clone(sel.ExcludeFieldManagers), ExcludeUsers: slices.Clone(sel.ExcludeUsers)}
 						byGVR[gvr] = r
+					} else {
+						r.ExcludeFieldManagers = intersect(r.ExcludeFieldManagers, sel.ExcludeFieldManagers)
+						r.ExcludeUsers = intersect(r.ExcludeUsers, sel.ExcludeUsers)
 					}
 					r.Operations = mergeOps(r.Operations, sel.Operations)
 				}

@@ -1,0 +1,76 @@
+package watch
+
+import (
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The informers keep compact objects. A stream needs of a live object only its identity, its
+// declared form and who last wrote it; an informer's store of full objects (a 10,000-ConfigMap
+// list is ~55 MB of maps) would hold much more. The transform renders the declared form once,
+// when the object arrives, and keeps:
+//
+//	apiVersion, kind, metadata.{name, namespace, uid, resourceVersion},
+//	metadata.managedFields reduced to {manager, operation, time, subresource},
+//	and the rendered manifest (or the render error) under keys no API object has.
+const (
+	manifestKey    = "\x00kubescribe:manifest"
+	renderErrorKey = "\x00kubescribe:render-error"
+)
+
+// compactTransform is the informers' cache.TransformFunc.
+func compactTransform(render Render) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil // a tombstone holds an object that was transformed already
+		}
+		if _, done := u.Object[manifestKey]; done {
+			return u, nil
+		}
+		meta := map[string]any{"name": u.GetName(), "uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()}
+		if ns := u.GetNamespace(); ns != "" {
+			meta["namespace"] = ns
+		}
+		if mf := u.GetManagedFields(); len(mf) > 0 {
+			entries := make([]any, 0, len(mf))
+			for _, e := range mf {
+				entry := map[string]any{"manager": e.Manager, "operation": string(e.Operation)}
+				if e.Time != nil {
+					entry["time"] = e.Time.UTC().Format(time.RFC3339)
+				}
+				if e.Subresource != "" {
+					entry["subresource"] = e.Subresource
+				}
+				entries = append(entries, entry)
+			}
+			meta["managedFields"] = entries
+		}
+		out := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": u.GetAPIVersion(),
+			"kind":       u.GetKind(),
+			"metadata":   meta,
+		}}
+		manifest, err := render(u)
+		if err != nil {
+			out.Object[renderErrorKey] = err.Error()
+		} else {
+			out.Object[manifestKey] = string(manifest)
+		}
+		return out, nil
+	}
+}
+
+// manifestOf returns the declared form a compact object carries.
+func manifestOf(u *unstructured.Unstructured) ([]byte, error) {
+	if m, ok := u.Object[manifestKey].(string); ok {
+		return []byte(m), nil
+	}
+	if e, ok := u.Object[renderErrorKey].(string); ok {
+		return nil, errors.New(e)
+	}
+	return nil, errors.New("the object carries no declared form")
+}
