@@ -49,6 +49,7 @@ func TestCRDsShape(t *testing.T) {
 		{"gittargets", "GitTarget", apiextensionsv1.NamespaceScoped},
 		{"watchrules", "WatchRule", apiextensionsv1.NamespaceScoped},
 		{"clusterwatchrules", "ClusterWatchRule", apiextensionsv1.ClusterScoped},
+		{"commitrequests", "CommitRequest", apiextensionsv1.NamespaceScoped},
 	} {
 		t.Run(tc.plural, func(t *testing.T) {
 			crd := loadCRD(t, tc.plural)

@@ -59,6 +59,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&GitProvider{}, &GitProviderList{},
 		&GitTarget{}, &GitTargetList{},
 		&WatchRule{}, &WatchRuleList{},
+		&CommitRequest{}, &CommitRequestList{},
 		&ClusterWatchRule{}, &ClusterWatchRuleList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)

@@ -2,6 +2,7 @@
 //
 //	kubescribe audit-policy                 the --audit-policy-file content
 //	kubescribe audit-webhook-config [flags] the --audit-webhook-config-file content
+//	kubescribe admission-webhook-config     the CommitRequest ValidatingWebhookConfiguration
 //	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
 //	kubescribe export [flags] DIR           write a live cluster's declared objects into DIR
 //
@@ -34,6 +35,8 @@ const usage = `usage:
       print the audit policy for the apiserver's --audit-policy-file
   kubescribe audit-webhook-config --url URL --ca-file FILE (--token-file FILE | --client-cert FILE --client-key FILE)
       print the kubeconfig for the apiserver's --audit-webhook-config-file
+  kubescribe admission-webhook-config (--url URL | --service NS/NAME[:PORT]) --ca-file FILE
+      print the ValidatingWebhookConfiguration for CommitRequests (kubectl apply -f -)
   kubescribe scan [--repo] [--format text|json|yaml] DIR
       may folder DIR become a GitTarget (with --repo: which folders of repository DIR could);
       exit code 0 yes, 1 no, 2 error
@@ -62,6 +65,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		_, err = stdout.Write(audit.Policy())
 	case "audit-webhook-config":
 		err = webhookConfig(args[1:], stdout)
+	case "admission-webhook-config":
+		err = admissionWebhookConfig(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -28,4 +29,23 @@ func TestRunRefusesInvalidOptions(t *testing.T) {
 	// No Redis, no TLS, no audit authentication: every problem is named, nothing starts.
 	require.Equal(t, 1, run([]string{"--redis-key-prefix=kube*"}))
 	require.Equal(t, 2, run([]string{"--no-such-flag"}))
+}
+
+func TestParseAdmissionFlags(t *testing.T) {
+	opts, _, err := parseFlags([]string{"--redis-addr=r:6379"})
+	require.NoError(t, err)
+	require.Equal(t, ":9443", opts.AdmissionListenAddress)
+	require.Equal(t, 24*time.Hour, opts.CommitRequestTTL)
+
+	opts, _, err = parseFlags([]string{"--redis-addr=r:6379", "--admission-listen-address=", "--admission-tls-cert-file=a.crt",
+		"--admission-tls-private-key-file=a.key", "--admission-client-ca-file=ca.crt", "--admission-max-body-bytes=1024",
+		"--verdict-ttl=1h", "--commit-request-ttl=0"})
+	require.NoError(t, err)
+	require.Empty(t, opts.AdmissionListenAddress)
+	require.Equal(t, "a.crt", opts.AdmissionTLSCertFile)
+	require.Equal(t, "a.key", opts.AdmissionTLSKeyFile)
+	require.Equal(t, "ca.crt", opts.AdmissionClientCAFile)
+	require.EqualValues(t, 1024, opts.AdmissionMaxBodyBytes)
+	require.Equal(t, time.Hour, opts.VerdictTTL)
+	require.Zero(t, opts.CommitRequestTTL)
 }

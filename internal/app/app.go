@@ -27,6 +27,7 @@ import (
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/controller"
 	"github.com/kubescribe/kubescribe/internal/declared"
 	"github.com/kubescribe/kubescribe/internal/git"
@@ -60,6 +61,9 @@ type App struct {
 
 	auditLn, opsLn   net.Listener
 	auditSrv, opsSrv *http.Server
+	// The admission listener and server; nil when disabled.
+	admissionLn  net.Listener
+	admissionSrv *http.Server
 }
 
 // New validates opts, builds every part and binds the listeners, so that a bad flag, an
@@ -138,14 +142,17 @@ func New(opts Options) (_ *App, err error) {
 	if _, err := a.sources.AddCluster(opts.ClusterName, dyn, memory.NewMemCacheClient(dc)); err != nil {
 		return nil, err
 	}
+	verdicts := authz.NewStore(a.rdb, prefix, opts.VerdictTTL)
 	a.controller, err = controller.New(controller.Options{
-		Client:     dyn,
-		Kube:       kube,
-		Sources:    a.sources,
-		Cluster:    opts.ClusterName,
-		Router:     a.router,
-		Logger:     a.log, // the controller tags its own and its workers' loggers
-		Registerer: opts.Registry,
+		Client:           dyn,
+		Kube:             kube,
+		Sources:          a.sources,
+		Cluster:          opts.ClusterName,
+		Router:           a.router,
+		Logger:           a.log, // the controller tags its own and its workers' loggers
+		Registerer:       opts.Registry,
+		Verdicts:         verdicts,
+		CommitRequestTTL: opts.CommitRequestTTL,
 	})
 	if err != nil {
 		return nil, err
@@ -170,7 +177,52 @@ func New(opts Options) (_ *App, err error) {
 	if a.opsLn, err = a.listen("ops", opts.OpsListenAddress); err != nil {
 		return nil, err
 	}
+	if opts.AdmissionListenAddress != "" {
+		if err := a.admission(kube, verdicts); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+// admission builds the admission webhook's server and binds its listener.
+func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error {
+	certFile, keyFile := a.opts.AdmissionTLSCertFile, a.opts.AdmissionTLSKeyFile
+	if certFile == "" {
+		certFile, keyFile = a.opts.TLSCertFile, a.opts.TLSKeyFile
+	}
+	log := a.log.With("component", "authz")
+	certs, err := newCertReloader(certFile, keyFile, log)
+	if err != nil {
+		return fmt.Errorf("admission serving certificate: %w", err)
+	}
+	cfg := &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
+	if a.opts.AdmissionClientCAFile != "" {
+		pem, err := os.ReadFile(a.opts.AdmissionClientCAFile)
+		if err != nil {
+			return fmt.Errorf("reading the admission client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("admission client CA %s holds no PEM certificate", a.opts.AdmissionClientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	h, err := authz.NewHandler(authz.HandlerOptions{
+		Reviewer:          kube.AuthorizationV1().SubjectAccessReviews(),
+		Verdicts:          verdicts,
+		MaxBodyBytes:      a.opts.AdmissionMaxBodyBytes,
+		RequireClientCert: a.opts.AdmissionClientCAFile != "",
+		Logger:            a.log,
+		Metrics:           authz.NewMetrics(a.opts.Registry),
+	})
+	if err != nil {
+		return err
+	}
+	a.admissionSrv = newServer(h, a.log)
+	a.admissionSrv.TLSConfig = cfg
+	a.admissionLn, err = a.listen("admission", a.opts.AdmissionListenAddress)
+	return err
 }
 
 // listen binds a listener and registers its close; once a server serves it, the server's
@@ -192,6 +244,14 @@ func (a *App) listen(name, addr string) (net.Listener, error) {
 // AuditAddr and OpsAddr are the bound addresses (useful with port 0).
 func (a *App) AuditAddr() net.Addr { return a.auditLn.Addr() }
 func (a *App) OpsAddr() net.Addr   { return a.opsLn.Addr() }
+
+// AdmissionAddr is the admission listener's bound address; nil when it is disabled.
+func (a *App) AdmissionAddr() net.Addr {
+	if a.admissionLn == nil {
+		return nil
+	}
+	return a.admissionLn.Addr()
+}
 
 func newServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
@@ -285,7 +345,7 @@ func (a *App) readiness(ctx context.Context) error {
 func (a *App) Run(ctx context.Context) error {
 	// Parts that must outlive ctx until their turn in the shutdown run under bg.
 	bg := context.WithoutCancel(ctx)
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	a.serve("ops server", a.opsSrv, serveErr, func() error { return a.opsSrv.Serve(a.opsLn) })
 
 	a.router.Start(bg)
@@ -297,6 +357,10 @@ func (a *App) Run(ctx context.Context) error {
 	a.life.onStop("attribution", func(context.Context) error { stopJoin(); <-joinDone; return nil })
 
 	a.serve("audit server", a.auditSrv, serveErr, func() error { return a.auditSrv.ServeTLS(a.auditLn, "", "") })
+	if a.admissionSrv != nil {
+		// It records verdicts in Redis, which closes after it stops.
+		a.serve("admission server", a.admissionSrv, serveErr, func() error { return a.admissionSrv.ServeTLS(a.admissionLn, "", "") })
+	}
 	a.life.onStop("pending attributions", a.joiner.Wait)
 
 	a.sources.Start(bg)
@@ -318,6 +382,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.ready.Store(true)
 	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
+		"admission", a.opts.AdmissionListenAddress != "",
 		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
 
 	select {

@@ -13,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -62,6 +64,24 @@ type Options struct {
 	// AuditMaxBodyBytes limits one audit batch.
 	AuditMaxBodyBytes int64
 
+	// AdmissionListenAddress serves POST /validate/commitrequests over TLS; empty disables the
+	// admission webhook (CommitRequests then have no admission record: SubmitterUnknown).
+	AdmissionListenAddress string
+	// AdmissionTLSCertFile and AdmissionTLSKeyFile are the admission listener's serving
+	// certificate (PEM), reloaded when the files change; empty uses TLSCertFile/TLSKeyFile.
+	AdmissionTLSCertFile, AdmissionTLSKeyFile string
+	// AdmissionClientCAFile, when set, makes the admission endpoint require a client
+	// certificate it verifies (the apiserver's, configured in its AdmissionConfiguration).
+	AdmissionClientCAFile string
+	// AdmissionMaxBodyBytes limits one AdmissionReview.
+	AdmissionMaxBodyBytes int64
+	// VerdictTTL is how long admission verdicts are kept in Redis; it must outlive the longest
+	// close delay of a CommitRequest.
+	VerdictTTL time.Duration
+	// CommitRequestTTL is how long a finished CommitRequest is kept before it is deleted; 0
+	// keeps them.
+	CommitRequestTTL time.Duration
+
 	// AttributionGrace is how long a change waits for the audit fact naming its author.
 	AttributionGrace time.Duration
 	// FactTTL is how long facts are kept in Redis.
@@ -88,11 +108,17 @@ func DefaultOptions() Options {
 		AuditListenAddress: ":8443",
 		OpsListenAddress:   ":8080",
 		AuditMaxBodyBytes:  audit.DefaultMaxBodyBytes,
-		AttributionGrace:   attribution.DefaultGrace,
-		DiscoveryRefresh:   watch.DefaultDiscoveryRefresh,
-		FactTTL:            attribution.DefaultFactTTL,
-		ShutdownTimeout:    30 * time.Second,
-		ControllerWorkers:  2,
+
+		AdmissionListenAddress: ":9443",
+		AdmissionMaxBodyBytes:  authz.DefaultMaxBodyBytes,
+		VerdictTTL:             authz.DefaultVerdictTTL,
+		CommitRequestTTL:       24 * time.Hour,
+
+		AttributionGrace:  attribution.DefaultGrace,
+		DiscoveryRefresh:  watch.DefaultDiscoveryRefresh,
+		FactTTL:           attribution.DefaultFactTTL,
+		ShutdownTimeout:   30 * time.Second,
+		ControllerWorkers: 2,
 	}
 }
 
@@ -139,6 +165,18 @@ func (o *Options) Validate() error {
 	}
 	if o.AuditMaxBodyBytes <= 0 {
 		bad("AuditMaxBodyBytes", "must be positive, got %d", o.AuditMaxBodyBytes)
+	}
+	if o.AdmissionMaxBodyBytes <= 0 {
+		bad("AdmissionMaxBodyBytes", "must be positive, got %d", o.AdmissionMaxBodyBytes)
+	}
+	if minTTL := time.Duration(v1alpha1.MaxCloseDelaySeconds) * time.Second; o.VerdictTTL <= minTTL {
+		bad("VerdictTTL", "(%s) must be longer than the longest close delay of a CommitRequest (%s)", o.VerdictTTL, minTTL)
+	}
+	if o.CommitRequestTTL < 0 {
+		bad("CommitRequestTTL", "must not be negative, got %s", o.CommitRequestTTL)
+	}
+	if (o.AdmissionTLSCertFile == "") != (o.AdmissionTLSKeyFile == "") {
+		bad("AdmissionTLSCertFile/AdmissionTLSKeyFile", "must be set together")
 	}
 	if o.ControllerWorkers <= 0 {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)

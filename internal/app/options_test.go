@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
@@ -40,6 +41,11 @@ func TestValidate(t *testing.T) {
 		{name: "ttl shorter than grace", mutate: func(o *Options) { o.FactTTL = o.AttributionGrace / 2 }, wantErr: "must be longer than AttributionGrace"},
 		{name: "zero body limit", mutate: func(o *Options) { o.AuditMaxBodyBytes = 0 }, wantErr: "AuditMaxBodyBytes"},
 		{name: "no workers", mutate: func(o *Options) { o.ControllerWorkers = 0 }, wantErr: "ControllerWorkers"},
+		{name: "admission disabled", mutate: func(o *Options) { o.AdmissionListenAddress = "" }},
+		{name: "verdict ttl shorter than close delay", mutate: func(o *Options) { o.VerdictTTL = time.Minute }, wantErr: "VerdictTTL (1m0s) must be longer"},
+		{name: "admission cert without key", mutate: func(o *Options) { o.AdmissionTLSCertFile = "a.crt" }, wantErr: "must be set together"},
+		{name: "zero admission body limit", mutate: func(o *Options) { o.AdmissionMaxBodyBytes = 0 }, wantErr: "AdmissionMaxBodyBytes"},
+		{name: "negative request ttl", mutate: func(o *Options) { o.CommitRequestTTL = -time.Second }, wantErr: "CommitRequestTTL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,6 +63,12 @@ type Options struct {
 	ProbeRemote func(ctx context.Context, url string, creds git.Credentials) error
 	// Logger is the base logger; the controller adds component=controller, watch or git.
 	Logger *slog.Logger
+	// Verdicts holds what admission recorded of CommitRequests; nil means no records, so no
+	// CommitRequest can name its submitter.
+	Verdicts VerdictSource
+	// CommitRequestTTL is how long a finished CommitRequest is kept before the controller
+	// deletes it; 0 keeps it.
+	CommitRequestTTL time.Duration
 	// Registerer, when set, receives the controller's metrics.
 	Registerer prometheus.Registerer
 }
@@ -73,6 +79,8 @@ const (
 	kindProvider kind = "GitProvider"
 	kindTarget   kind = "GitTarget"
 	kindRule     kind = "WatchRule"
+	// kindCommitRequest is driven by commitrequest.go.
+	kindCommitRequest kind = "CommitRequest"
 	// kindClusterRule objects are cluster-scoped: their keys have no namespace.
 	kindClusterRule kind = "ClusterWatchRule"
 	// kindNamespace is watched (never reconciled) for ClusterWatchRule namespaceSelectors.
@@ -144,8 +152,9 @@ func New(opts Options) (*Controller, error) {
 		kindTarget:   c.factory.ForResource(v1alpha1.GitTargetsResource).Informer(),
 		kindRule:     c.factory.ForResource(v1alpha1.WatchRulesResource).Informer(),
 
-		kindClusterRule: c.factory.ForResource(v1alpha1.ClusterWatchRulesResource).Informer(),
-		kindNamespace:   c.factory.ForResource(namespacesResource).Informer(),
+		kindCommitRequest: c.factory.ForResource(v1alpha1.CommitRequestsResource).Informer(),
+		kindClusterRule:   c.factory.ForResource(v1alpha1.ClusterWatchRulesResource).Informer(),
+		kindNamespace:     c.factory.ForResource(namespacesResource).Informer(),
 	}
 	for k, inf := range c.informers {
 		handler := cache.ResourceEventHandlerFuncs{
@@ -223,6 +232,7 @@ func (c *Controller) followRouter(ctx context.Context) {
 		case <-c.opts.Router.Updates():
 			for _, name := range c.opts.Router.Changed() {
 				c.enqueue(kindTarget, name)
+				c.enqueueReferencing(kindCommitRequest, name.Namespace, "targetRef", name.Name)
 			}
 		}
 	}
@@ -260,6 +270,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		err = c.syncTarget(ctx, k.NamespacedName)
 	case kindRule:
 		err = c.syncRule(ctx, k.NamespacedName)
+	case kindCommitRequest:
+		err = c.syncCommitRequest(ctx, k.NamespacedName)
 	case kindClusterRule:
 		err = c.syncClusterRule(ctx, k.NamespacedName)
 	}

@@ -371,6 +371,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		clusterRolesGVR:                    "ClusterRoleList",
 		configMapsGVR:                      "ConfigMapList",
 		widgetsGVR:                         "WidgetList",
+
+		v1alpha1.CommitRequestsResource: "CommitRequestList",
 	}, objs...)
 	kube := kubefake.NewClientset(cfg.secrets...)
 	fd, cached := newDiscovery(coreV1())

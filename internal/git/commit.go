@@ -31,6 +31,8 @@ type plan struct {
 	changes    []attribution.AttributedChange
 	author     object.Signature
 	message    string
+	// request is the close request that closed the window, if any (applyRequest).
+	request *CloseRequest
 
 	// sha is the materialized commit, zero while the plan has no commit yet.
 	sha plumbing.Hash
@@ -45,7 +47,11 @@ type plan struct {
 }
 
 func (p *plan) info() CommitInfo {
-	return CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered}
+	ci := CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered}
+	if p.request != nil {
+		ci.Request = p.request.ID
+	}
+	return ci
 }
 
 // newPlan builds the commit metadata of a window's changes. All changes share targetPath, target
@@ -705,6 +711,9 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		return plumbing.ZeroHash, false, nil
 	}
 	p.message = commitMessage(effective, p.changes[0].Snapshot)
+	if p.request != nil {
+		p.message = p.request.commitMessage(p.message)
+	}
 	tree, err := tb.apply(base, root)
 	if err != nil {
 		return plumbing.ZeroHash, false, err

@@ -117,6 +117,10 @@ type Options struct {
 	// OnFailed is called with the (redacted) error after each failed clone, fetch or push,
 	// from the worker goroutine; a retry follows with backoff. It must not block.
 	OnFailed func(error)
+	// OnClosed is called, from the worker goroutine, when a close request ends without a
+	// commit (CloseNoOpenWindow, CloseNothingToCommit). A
+	// request that closes a window is reported by OnPushed, through CommitInfo.Request.
+	OnClosed func(id string, outcome CloseOutcome)
 	// Now is the clock for commit and push timestamps; defaults to time.Now. Scheduling (the
 	// commit window timer, backoff) always uses the real monotonic clock.
 	Now func() time.Time

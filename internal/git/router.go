@@ -113,6 +113,8 @@ type Router struct {
 	routes  map[types.NamespacedName]route
 	workers map[workerKey]*runningWorker
 	pushes  map[types.NamespacedName]pushRecord
+	// closes are the close requests handed to workers, by ID, until ForgetClose.
+	closes map[string]*closeState
 
 	updMu   sync.Mutex
 	updated map[types.NamespacedName]struct{}
@@ -133,6 +135,7 @@ func NewRouter(opts RouterOptions) *Router {
 		routes:  map[types.NamespacedName]route{},
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
+		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
 		signal:  make(chan struct{}, 1),
 	}
@@ -299,6 +302,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		Metrics:           r.opts.Metrics,
 		OnPushed:          r.onPushed,
 		OnFailed:          func(error) { r.notify(r.targetsOf(k)...) },
+		OnClosed:          r.onClosed,
 	})
 	if err != nil {
 		return nil, err
@@ -312,6 +316,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		if err := w.Run(ctx); err != nil {
 			r.log.Error("git worker stopped", "provider", k.provider.String(), "branch", k.branch, "err", err)
 		}
+		r.closesLost(w)
 	}()
 	if replacing {
 		// Other targets on this branch switch to the new worker at once, so no change is
@@ -378,6 +383,9 @@ func (r *Router) onPushed(res PushResult) {
 	for _, ci := range res.Commits {
 		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now}
 		targets = append(targets, ci.Target)
+		if cs, ok := r.closes[ci.Request]; ok && ci.Request != "" {
+			cs.result = CloseResult{Outcome: CloseCommitted, SHA: ci.SHA, Branch: cs.branch}
+		}
 	}
 	r.mu.Unlock()
 	r.notify(targets...)
@@ -421,4 +429,79 @@ func (r *Router) WorkerCount() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return len(r.workers)
+}
+
+// closeState is a close request the router handed to a worker.
+type closeState struct {
+	target types.NamespacedName
+	branch string
+	worker *Worker
+	result CloseResult
+}
+
+// RequestClose hands req to the worker of its target, once per ID: a request already handed
+// over is not sent again (the controller re-reconciles freely). It fails when the target has
+// no route.
+func (r *Router) RequestClose(req CloseRequest) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, known := r.closes[req.ID]; known {
+		return nil
+	}
+	rt, ok := r.routes[req.Target]
+	if !ok {
+		return fmt.Errorf("GitTarget %s is not routed to a branch", req.Target)
+	}
+	cs := &closeState{target: req.Target, branch: rt.worker.key.branch, worker: rt.worker.worker}
+	r.closes[req.ID] = cs
+	if !rt.worker.worker.RequestClose(req) {
+		cs.result.Outcome = CloseLost
+	}
+	return nil
+}
+
+// CloseResult reports what became of the close request id; false when the router never
+// received it (or forgot it).
+func (r *Router) CloseResult(id string) (CloseResult, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	cs, ok := r.closes[id]
+	if !ok {
+		return CloseResult{}, false
+	}
+	return cs.result, true
+}
+
+// ForgetClose drops what the router holds of a close request.
+func (r *Router) ForgetClose(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.closes, id)
+}
+
+// onClosed records a close request that ended without a commit, and signals its target.
+func (r *Router) onClosed(id string, o CloseOutcome) {
+	r.mu.Lock()
+	cs, ok := r.closes[id]
+	if ok && cs.result.Outcome == ClosePending {
+		cs.result = CloseResult{Outcome: o}
+	}
+	r.mu.Unlock()
+	if ok {
+		r.notify(cs.target)
+	}
+}
+
+// closesLost marks the requests a stopped worker never reported as lost.
+func (r *Router) closesLost(w *Worker) {
+	var targets []types.NamespacedName
+	r.mu.Lock()
+	for _, cs := range r.closes {
+		if cs.worker == w && cs.result.Outcome == ClosePending {
+			cs.result = CloseResult{Outcome: CloseLost}
+			targets = append(targets, cs.target)
+		}
+	}
+	r.mu.Unlock()
+	r.notify(targets...)
 }

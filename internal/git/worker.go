@@ -33,6 +33,8 @@ type CommitInfo struct {
 	SHA     string
 	Target  types.NamespacedName
 	Changes []attribution.AttributedChange
+	// Request is the ID of the close request that closed this commit's window, if any.
+	Request string
 }
 
 // Status is a snapshot of a worker's state.
@@ -92,6 +94,8 @@ func defaultBackoff(attempt int) time.Duration {
 type submission struct {
 	targetPath string
 	change     attribution.AttributedChange
+	// close, when set, is a close request instead of a change (RequestClose).
+	close *CloseRequest
 }
 
 // windowKey is what consecutive changes must share to go into one commit.
@@ -107,6 +111,8 @@ type window struct {
 	key      windowKey
 	deadline time.Time // real clock
 	changes  []attribution.AttributedChange
+	// request is the close request that closes the window, if any.
+	request *CloseRequest
 }
 
 // Worker is the single writer of one branch of one remote repository. It gathers submitted
@@ -382,6 +388,10 @@ func (w *Worker) acceptAll(q []submission) {
 }
 
 func (w *Worker) accept(s submission) {
+	if s.close != nil {
+		w.acceptClose(*s.close)
+		return
+	}
 	c := s.change
 	if err := validChange(s.targetPath, c.Change); err != nil {
 		w.log.Error("change cannot be stored in git; skipped", "err", err,
@@ -393,7 +403,7 @@ func (w *Worker) accept(s submission) {
 	if !c.Snapshot {
 		key.username, key.resolved = c.Author.Username, c.Author.Resolved
 	}
-	if w.win != nil && (w.win.key != key || !time.Now().Before(w.win.deadline)) {
+	if w.win != nil && (w.win.key != key || !w.windowOpen()) {
 		w.closeWindow()
 	}
 	if w.win == nil {
@@ -401,6 +411,9 @@ func (w *Worker) accept(s submission) {
 	}
 	w.win.changes = append(w.win.changes, c)
 }
+
+// windowOpen reports whether the open window's deadline is still ahead.
+func (w *Worker) windowOpen() bool { return w.win != nil && time.Now().Before(w.win.deadline) }
 
 func (w *Worker) builder() treeBuilder { return treeBuilder{s: w.store, trees: w.trees} }
 
@@ -413,6 +426,9 @@ func (w *Worker) closeWindow() {
 	win := w.win
 	w.win = nil
 	p := newPlan(win.key.targetPath, win.changes, w.opts.Committer, w.opts.AuthorEmailDomain, w.opts.Now())
+	if win.request != nil {
+		p.applyRequest(win.request)
+	}
 	w.plans = append(w.plans, p)
 	if w.store == nil || w.stale {
 		return // materialized by the next rebuild
@@ -427,6 +443,9 @@ func (w *Worker) closeWindow() {
 	if !ok {
 		w.plans = w.plans[:len(w.plans)-1]
 		w.addPending(-len(p.changes))
+		if p.request != nil {
+			w.reportClose(p.request.ID, CloseNothingToCommit)
+		}
 		w.log.Debug("changes leave the tree unchanged; no commit", "changes", len(p.changes))
 		w.settle(p.covered)
 		return

@@ -1,7 +1,7 @@
 // Command demo runs kubescribe end to end on this machine: a real kube-apiserver, etcd, Redis
 // and Git server, kubescribe in-process, and two users changing ConfigMaps with kubectl-like
-// calls. It prints the resulting Git history and how to poke at the running stack. Run it with
-// `make demo`.
+// calls, then one closing her changes with a CommitRequest and a message. It prints the
+// resulting Git history and how to poke at the running stack. Run it with `make demo`.
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -126,10 +127,14 @@ func run() error {
 	out, _ = exec.Command("git", "--git-dir", repoDir, "show", "main:clusters/demo/demo/core/configmaps/shop-config.yaml").CombinedOutput()
 	fmt.Println(indent(string(out)))
 
+	if err := commitRequestDemo(ctx, s, alice); err != nil {
+		return err
+	}
+
 	fmt.Printf(`==> the stack is running; try it yourself:
     kubectl --kubeconfig %s -n demo create configmap mine --from-literal=k=v
     kubectl --kubeconfig %s -n demo edit configmap shop-config
-    kubectl --kubeconfig %s get gitproviders,gittargets,watchrules -A
+    kubectl --kubeconfig %s get gitproviders,gittargets,watchrules,commitrequests -A -o wide
     git -c http.sslCAInfo=%s clone %s /tmp/demo-clone   (user %s, password in %s)
     git --git-dir %s log --format='%%an: %%s' main
     curl -s %s/metrics | grep ^kubescribe_
@@ -206,14 +211,84 @@ spec:
 `, s.Git.Username, s.Git.Password, indentBy(string(s.Git.CAData), "    "), s.Git.URL("demo"))
 }
 
+// commitRequestDemo shows a CommitRequest: in namespace why, whose provider holds a window
+// open for two minutes, alice makes two changes and closes her window with a message.
+func commitRequestDemo(ctx context.Context, s *stack.Stack, alice kubernetes.Interface) error {
+	repoDir, err := s.Git.CreateRepo("why")
+	if err != nil {
+		return err
+	}
+	step("as admin: namespace why, where alice may also create CommitRequests; its GitProvider keeps a window open for 2m:")
+	manifests := strings.NewReplacer(
+		"metadata: {name: demo, namespace: demo}", "metadata: {name: why, namespace: why}",
+		"name: demo\n", "name: why\n", "namespace: demo}", "namespace: why}",
+		"name: demo-repo", "name: why-repo", "commitWindow: 1s", "commitWindow: 2m",
+		"path: clusters/demo", "path: clusters/why", "targetRef: {name: demo}", "targetRef: {name: why}",
+		"providerRef: {name: demo-repo}", "providerRef: {name: why-repo}", s.Git.URL("demo"), s.Git.URL("why"),
+		"- {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}\n", "",
+		"  verbs: [get, list, watch, create, update, patch, delete]\n",
+		"  verbs: [get, list, watch, create, update, patch, delete]\n- apiGroups: [kubescribe.dev]\n  resources: [commitrequests]\n  verbs: [get, list, watch, create]\n",
+	).Replace(demoManifests(s))
+	if err := stack.Apply(ctx, s.AdminConfig, []byte(manifests)); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, s, v1alpha1.WatchRulesResource, "why", "configmaps"); err != nil {
+		return err
+	}
+	step("as alice: creates ConfigMaps quota and limits (one window: nothing is committed yet)")
+	for _, name := range []string{"quota", "limits"} {
+		if _, err := alice.CoreV1().ConfigMaps("why").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Data: map[string]string{"tenant": "jane"}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("alice: %w", err)
+		}
+	}
+	request := `apiVersion: kubescribe.dev/v1alpha1
+kind: CommitRequest
+metadata: {name: onboard-jane, namespace: why}
+spec:
+  targetRef: {name: why}
+  message: |
+    Onboard tenant jane
+
+    Quota and limits as agreed in ticket 42.
+  closeDelaySeconds: 5
+`
+	step("as alice: a CommitRequest closes her window with her message (after 5s, so her changes' audit events are in):")
+	fmt.Println(indent(request))
+	if err := stack.Apply(ctx, s.UserConfig("alice"), []byte(request)); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, s, v1alpha1.CommitRequestsResource, "why", "onboard-jane"); err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	u, err := dyn.Resource(v1alpha1.CommitRequestsResource).Namespace("why").Get(ctx, "onboard-jane", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	sha, _, _ := unstructured.NestedString(u.Object, "status", "sha")
+	step("CommitRequest why/onboard-jane is Ready (Committed), status.sha %s; the commit:", sha)
+	out, _ := exec.Command("git", "--git-dir", repoDir, "log", "-1", "--format=author: %an <%ae>  committer: %cn%n%n%B", "main").CombinedOutput()
+	fmt.Println(indent(string(out)))
+	return nil
+}
+
 func waitRuleReady(ctx context.Context, s *stack.Stack) error {
+	return waitReady(ctx, s, v1alpha1.WatchRulesResource, "demo", "configmaps")
+}
+
+// waitReady waits until the object's Ready condition is True.
+func waitReady(ctx context.Context, s *stack.Stack, gvr schema.GroupVersionResource, ns, name string) error {
 	dyn, err := dynamic.NewForConfig(s.AdminConfig)
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		u, err := dyn.Resource(v1alpha1.WatchRulesResource).Namespace("demo").Get(ctx, "configmaps", metav1.GetOptions{})
+		u, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 			for _, c := range conds {
@@ -224,7 +299,7 @@ func waitRuleReady(ctx context.Context, s *stack.Stack) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("WatchRule demo/configmaps not Ready after a minute; see %s", s.LogPath)
+	return fmt.Errorf("%s %s/%s not Ready after a minute; see %s", gvr.Resource, ns, name, s.LogPath)
 }
 
 func waitCommits(ctx context.Context, repoDir string, n int) error {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kubescribe/kubescribe/internal/app"
+	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
@@ -58,6 +60,9 @@ type Stack struct {
 	OpsURL string
 	// LogPath is kubescribe's own log.
 	LogPath string
+	// AdmissionURL is kubescribe's CommitRequest webhook, served over TLS with the control
+	// plane's audit serving certificate (signed by its CA); its address is kept across restarts.
+	AdmissionURL string
 
 	grace time.Duration
 	// kubescribeConfig is Options.KubescribeConfig.
@@ -68,6 +73,9 @@ type Stack struct {
 	done             chan error
 	// proc is kubescribe when it runs as a process (StartKubescribeProcess).
 	proc *exec.Cmd
+
+	// admissionAddr is kept across restarts, so the webhook registration stays valid.
+	admissionAddr string
 }
 
 // Start starts the stack and waits until kubescribe is ready.
@@ -93,6 +101,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.grace = opts.Grace
 	if err := s.StartKubescribe(ctx); err != nil {
 		return nil, err
+	}
+	if err := s.RegisterWebhook(ctx); err != nil {
+		return nil, fmt.Errorf("registering the admission webhook: %w", err)
 	}
 	logf("stack: kubescribe ready (ops %s, log %s)", s.OpsURL, s.LogPath)
 	return s, nil
@@ -120,6 +131,10 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	o.TLSCertFile, o.TLSKeyFile = cp.Audit.CertFile, cp.Audit.KeyFile
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
+	if s.admissionAddr == "" {
+		s.admissionAddr = "127.0.0.1:0"
+	}
+	o.AdmissionListenAddress = s.admissionAddr
 	o.ShutdownTimeout = 20 * time.Second
 	if s.grace > 0 {
 		o.AttributionGrace = s.grace
@@ -129,6 +144,8 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 		return err
 	}
 	s.OpsURL = "http://" + s.app.OpsAddr().String()
+	s.admissionAddr = s.app.AdmissionAddr().String()
+	s.AdmissionURL = "https://" + s.admissionAddr + authz.Path
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan error, 1)
 	go func() { s.done <- s.app.Run(runCtx) }()
@@ -162,6 +179,9 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 		"--ops-listen-address="+opsAddr,
 		"--tls-cert-file="+cp.Audit.CertFile, "--tls-private-key-file="+cp.Audit.KeyFile,
 		"--audit-client-ca-file="+cp.Audit.ClientCAFile, "--audit-token-file="+cp.Audit.TokenFile,
+		// The CommitRequest webhook on the address it was registered with (disabled when no
+		// in-process kubescribe ran before to pick one).
+		"--admission-listen-address="+s.admissionAddr,
 		"--shutdown-timeout=20s", "--attribution-grace="+grace.String(),
 		"--log-format=json", "--log-level=debug")
 	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
@@ -329,6 +349,37 @@ func servedKinds(list *metav1.APIResourceList) int {
 		}
 	}
 	return n
+}
+
+// RegisterWebhook registers (again) the CommitRequest ValidatingWebhookConfiguration that
+// `kubescribe admission-webhook-config --url` prints, pointing at AdmissionURL with the control
+// plane's CA. The apiserver takes a moment to start calling it.
+func (s *Stack) RegisterWebhook(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	url := s.AdmissionURL
+	cfg := authz.WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: s.CA.CertPEM})
+	_, err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// RemoveWebhook deletes the CommitRequest webhook registration, as an operator (or an attacker
+// with that power) could: CommitRequests are then created without admission records.
+func (s *Stack) RemoveWebhook(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, authz.WebhookConfigurationName, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // Apply creates (or, when they exist, updates) every object of a multi-document YAML or JSON

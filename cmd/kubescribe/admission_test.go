@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestAdmissionWebhookConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+	require.NoError(t, os.WriteFile(ca, pem, 0o600))
+
+	print := func(args ...string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		require.Equal(t, 0, run(append([]string{"admission-webhook-config", "--ca-file", ca}, args...), &out, &errOut), errOut.String())
+		var c admissionregistrationv1.ValidatingWebhookConfiguration
+		require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), &c))
+		return &c
+	}
+	c := print("--url", "https://10.0.0.5:9443")
+	w := c.Webhooks[0]
+	require.Equal(t, "https://10.0.0.5:9443/validate/commitrequests", *w.ClientConfig.URL)
+	require.Equal(t, pem, w.ClientConfig.CABundle)
+	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
+
+	c = print("--service", "kubescribe/kubescribe")
+	svc := c.Webhooks[0].ClientConfig.Service
+	require.Equal(t, "kubescribe", svc.Namespace)
+	require.Equal(t, int32(9443), *svc.Port)
+	require.Equal(t, "/validate/commitrequests", *svc.Path)
+
+	for name, args := range map[string][]string{
+		"neither":    {"--ca-file", ca},
+		"both":       {"--ca-file", ca, "--url", "https://h", "--service", "a/b"},
+		"plain http": {"--ca-file", ca, "--url", "http://h:9443"},
+		"no CA":      {"--url", "https://h:9443"},
+		"bad port":   {"--ca-file", ca, "--service", "a/b:x"},
+		"no ns":      {"--ca-file", ca, "--service", "b"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			require.Equal(t, 1, run(append([]string{"admission-webhook-config"}, args...), &out, &errOut))
+			require.Empty(t, out.String())
+			require.Contains(t, errOut.String(), "kubescribe:")
+		})
+	}
+}

@@ -1,0 +1,34 @@
+package authz
+
+import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestDeployedWebhookMatchesTheGenerated: deploy/webhook.yaml is WebhookConfiguration with a
+// Service reference and the cert-manager annotation, so the two cannot drift apart.
+func TestDeployedWebhookMatchesTheGenerated(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/webhook.yaml")
+	require.NoError(t, err)
+	var deployed admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, yaml.UnmarshalStrict(b, &deployed))
+	require.Equal(t, "kubescribe/kubescribe-tls", deployed.Annotations["cert-manager.io/inject-ca-from"])
+
+	port := int32(9443)
+	path := Path
+	want := WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: "kubescribe", Name: "kubescribe", Path: &path, Port: &port,
+	}})
+	want.Annotations = deployed.Annotations
+	require.Equal(t, want, &deployed)
+
+	w := want.Webhooks[0]
+	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
+	require.Equal(t, admissionregistrationv1.SideEffectClassNoneOnDryRun, *w.SideEffects)
+	require.LessOrEqual(t, *w.TimeoutSeconds, int32(10))
+	require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, w.Rules[0].Operations)
+}
