@@ -140,7 +140,7 @@ func New(opts Options) (*Controller, error) {
 	if opts.Registerer != nil {
 		err := opts.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kubescribe_controller_queue_depth",
-			Help: "Objects (GitProviders, GitTargets, WatchRules) waiting to be reconciled.",
+			Help: "Objects (GitProviders, GitTargets, WatchRules, ClusterWatchRules, CommitRequests) waiting to be reconciled.",
 		}, func() float64 { return float64(c.queue.Len()) }))
 		if err != nil {
 			return nil, fmt.Errorf("controller: registering metrics: %w", err)
