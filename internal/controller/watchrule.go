@@ -151,7 +151,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		}
 		for _, ns := range scopes {
 			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
-				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers})
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: destination(&t)})
 		}
 		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
@@ -270,4 +270,10 @@ func watchOps(ops []v1alpha1.Operation) []watch.Op {
 		}
 	}
 	return out
+}
+
+// destination names where a GitTarget writes, for its streams' identity and resume cursors:
+// "<branch>:<folder>" (a Git branch name cannot hold ':').
+func destination(t *v1alpha1.GitTarget) string {
+	return t.Spec.Branch + ":" + cleanPath(t.Spec.Path)
 }

@@ -59,9 +59,12 @@ type Change struct {
 	// ExcludeUsers are the users whose changes the stream does not mirror: the join drops a
 	// change attributed to one of them.
 	ExcludeUsers []string
+	// Destination is the target's destination when the stream observed the change (see
+	// StreamSpec.Destination).
+	Destination string
 }
 
 // Stream names the stream (and so the resume cursor) a change belongs to.
 func (c Change) Stream() StreamID {
-	return StreamID{Cluster: c.Cluster, Target: c.Target, GVR: c.GVR, Namespace: c.Scope}
+	return StreamID{Cluster: c.Cluster, Target: c.Target, Destination: c.Destination, GVR: c.GVR, Namespace: c.Scope}
 }

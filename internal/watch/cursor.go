@@ -15,7 +15,7 @@ import (
 
 // Keys owned by this package, all under the configured prefix P:
 //
-//	P:cursor:<cluster>:<target namespace>/<target name>:<resource>.<group>/<version>:<namespace scope>
+//	P:cursor:<cluster>:<target namespace>/<target name>:<destination>:<resource>.<group>/<version>:<namespace scope>
 //	    a hash: one field per object the GitTarget's folder holds, "<namespace>/<name>" ("/<name>"
 //	    for a cluster-scoped object), whose value is a cursorRecord (JSON); plus the field
 //	    cursorInitField once the target was first handed the resource's state. The namespace
@@ -66,10 +66,12 @@ func NewCursorStore(rdb redis.UniversalClient, prefix keyspace.Prefix) *CursorSt
 
 // StreamID identifies a stream's cursor.
 type StreamID struct {
-	Cluster   string
-	Target    types.NamespacedName
-	GVR       schema.GroupVersionResource
-	Namespace string // the informer's scope; "" is all namespaces
+	Cluster string
+	Target  types.NamespacedName
+	// Destination is the target's branch and folder: a cursor describes one folder.
+	Destination string
+	GVR         schema.GroupVersionResource
+	Namespace   string // the informer's scope; "" is all namespaces
 }
 
 func (s *CursorStore) key(id StreamID) string {
@@ -77,7 +79,7 @@ func (s *CursorStore) key(id StreamID) string {
 	if scope == "" {
 		scope = "*"
 	}
-	return s.prefix.Key("cursor", id.Cluster, id.Target.String(), resourceLabel(id.GVR)+"/"+id.GVR.Version, scope)
+	return s.prefix.Key("cursor", id.Cluster, id.Target.String(), id.Destination, resourceLabel(id.GVR)+"/"+id.GVR.Version, scope)
 }
 
 // objectField is the hash field of an object.

@@ -143,7 +143,7 @@ func TestCursorStoreRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := NewCursorStore(rdb, keyspace.MustParse("test"))
 	target := types.NamespacedName{Namespace: "team-a", Name: "web"}
-	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+	id := StreamID{Cluster: "local", Target: target, Destination: "main:apps", GVR: configMaps, Namespace: "demo"}
 
 	c, err := s.Load(ctx, id)
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestCursorStoreRoundTrip(t *testing.T) {
 	require.Empty(t, c.Objects)
 
 	change := func(op Op, name, uid, rv string) Change {
-		return Change{Cluster: "local", Target: target, GVR: configMaps, Scope: "demo", Namespace: "demo", Name: name, UID: uid, ResourceVersion: rv, Op: op}
+		return Change{Cluster: "local", Target: target, Destination: "main:apps", GVR: configMaps, Scope: "demo", Namespace: "demo", Name: name, UID: uid, ResourceVersion: rv, Op: op}
 	}
 	require.NoError(t, s.Advance(ctx, []Change{
 		change(OpCreate, "a", "u-a", "1"),
@@ -168,10 +168,39 @@ func TestCursorStoreRoundTrip(t *testing.T) {
 	c, err = s.Load(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, map[string]CursorEntry{"demo/a": {UID: "u-a", ResourceVersion: "3"}}, c.Objects)
-	require.Equal(t, "test:cursor:local:team-a/web:configmaps/v1:demo", s.key(id))
+	require.Equal(t, "test:cursor:local:team-a/web:main:apps:configmaps/v1:demo", s.key(id))
+
+	// Another folder's cursor is separate.
+	moved, err := s.Load(ctx, StreamID{Cluster: "local", Target: target, Destination: "main:elsewhere", GVR: configMaps, Namespace: "demo"})
+	require.NoError(t, err)
+	require.False(t, moved.Known)
 
 	// Another stream's cursor is separate; all namespaces is scope "*".
 	all, err := s.Load(ctx, StreamID{Cluster: "local", Target: target, GVR: configMaps})
 	require.NoError(t, err)
 	require.False(t, all.Known)
+}
+
+// TestDestinationChangeHandsTheStateAgain: when a target's destination (branch or folder)
+// moves, its stream starts over: every object as a snapshot change for the new destination,
+// then a sweep of it, with the new destination's cursor.
+func TestDestinationChangeHandsTheStateAgain(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("a", "1", map[string]any{"a": "1"}))
+	cursors := &fakeCursors{}
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Destination: "main:old"}})
+	got, sweep := collectUntilSweep(t, changes)
+	require.Equal(t, "main:old", got["a"].Destination)
+	require.Equal(t, "main:old", sweep.Destination)
+
+	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Destination: "main:new"}})
+	got, sweep = collectUntilSweep(t, changes)
+	require.True(t, got["a"].Snapshot)
+	require.Equal(t, "main:new", got["a"].Destination)
+	require.Equal(t, map[string]bool{"demo/a": true}, sweep.Keep)
+	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "main:new", cursors.markedIDs()[1].Destination)
 }

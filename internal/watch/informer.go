@@ -34,8 +34,9 @@ type informerKey struct {
 
 // subscription is one GitTarget's view of a shared informer.
 type subscription struct {
-	target types.NamespacedName
-	ops    []Op // empty: all
+	target      types.NamespacedName
+	destination string
+	ops         []Op // empty: all
 	// excludeFieldManagers and excludeUsers are the stream's write exclusions.
 	excludeFieldManagers, excludeUsers []string
 	seen                               map[types.UID][32]byte // uid -> hash of the last manifest emitted, for dedup
@@ -152,10 +153,12 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 		}
 	}
 	for t, spec := range subs {
-		if sub, ok := s.subs[t]; ok {
+		if sub, ok := s.subs[t]; ok && sub.destination == spec.destination {
 			sub.ops, sub.excludeFieldManagers, sub.excludeUsers = spec.ops, spec.excludeFieldManagers, spec.excludeUsers
 			continue
 		}
+		// A new target, or one whose destination moved: it gets the whole state again.
+		delete(s.subs, t)
 		added = append(added, t)
 	}
 	s.mu.Unlock()
@@ -165,13 +168,13 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 	// Cursors are read without holding up the informer's events.
 	cursors := make(map[types.NamespacedName]Cursor, len(added))
 	for _, t := range added {
-		cursors[t] = s.loadCursor(t)
+		cursors[t] = s.loadCursor(t, subs[t].destination)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range added {
 		spec := subs[t]
-		sub := &subscription{target: t, ops: spec.ops, excludeFieldManagers: spec.excludeFieldManagers, excludeUsers: spec.excludeUsers,
+		sub := &subscription{target: t, destination: spec.destination, ops: spec.ops, excludeFieldManagers: spec.excludeFieldManagers, excludeUsers: spec.excludeUsers,
 			seen: map[types.UID][32]byte{}, cursor: cursors[t], listed: map[string]bool{}}
 		s.subs[t] = sub
 		s.primeLocked(sub)
@@ -181,13 +184,13 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 // loadCursor reads a new subscriber's resume cursor. Without one (no store, or Redis does not
 // answer) the target is handed the whole state as a snapshot and its folder is swept, which
 // loses nothing but the authors of changes made while nothing watched.
-func (s *sharedInformer) loadCursor(target types.NamespacedName) Cursor {
+func (s *sharedInformer) loadCursor(target types.NamespacedName, destination string) Cursor {
 	if s.cursors == nil {
 		return Cursor{}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
 	defer cancel()
-	c, err := s.cursors.Load(ctx, s.streamID(target))
+	c, err := s.cursors.Load(ctx, s.streamID(target, destination))
 	if err != nil {
 		s.log.Warn("resume cursor unavailable; the target gets a full snapshot", "target", target.String(), "err", err)
 		return Cursor{}
@@ -195,8 +198,8 @@ func (s *sharedInformer) loadCursor(target types.NamespacedName) Cursor {
 	return c
 }
 
-func (s *sharedInformer) streamID(target types.NamespacedName) StreamID {
-	return StreamID{Cluster: s.cluster, Target: target, GVR: s.key.gvr, Namespace: s.key.namespace}
+func (s *sharedInformer) streamID(target types.NamespacedName, destination string) StreamID {
+	return StreamID{Cluster: s.cluster, Target: target, Destination: destination, GVR: s.key.gvr, Namespace: s.key.namespace}
 }
 
 // primeLocked hands a new subscriber the objects the informer's store holds. Events the
@@ -305,18 +308,18 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 		ns, name := cursorObjectKey(field)
 		keep[field] = true // its file goes with the attributed delete, not with the sweep
 		s.emit(Change{
-			Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
+			Cluster: s.cluster, Target: sub.target, Destination: sub.destination, GVR: s.key.gvr, Scope: s.key.namespace,
 			Namespace: ns, Name: name, UID: e.UID, ResourceVersion: e.ResourceVersion,
 			Op: OpDelete, Observed: time.Now(), Snapshot: true, Resumed: true, ExcludeUsers: sub.excludeUsers,
 		})
 	}
 	s.emit(Change{
-		Cluster: s.cluster, Target: sub.target, GVR: s.key.gvr, Scope: s.key.namespace,
+		Cluster: s.cluster, Target: sub.target, Destination: sub.destination, GVR: s.key.gvr, Scope: s.key.namespace,
 		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
 	})
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
 	if s.cursors != nil {
-		id := s.streamID(sub.target)
+		id := s.streamID(sub.target, sub.destination)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
 			defer cancel()
@@ -402,6 +405,7 @@ func (s *sharedInformer) onDelete(obj any) {
 func (s *sharedInformer) change(sub *subscription, u *unstructured.Unstructured, op Op) Change {
 	return Change{
 		ExcludeUsers:    sub.excludeUsers,
+		Destination:     sub.destination,
 		Cluster:         s.cluster,
 		Target:          sub.target,
 		GVR:             s.key.gvr,

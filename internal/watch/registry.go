@@ -36,10 +36,15 @@ type StreamSpec struct {
 	// ExcludeUsers suppresses changes attributed to one of these users; it travels with each
 	// Change and is applied by the join, once the author is known.
 	ExcludeUsers []string
+	// Destination names where the target writes (its branch and folder). It is part of the
+	// stream's identity and of its resume cursor: when it changes, the target is handed the
+	// whole state again, as for a new stream, and the new folder is swept.
+	Destination string
 }
 
 // subscriptionSpec is what the owners of one target want of one informer.
 type subscriptionSpec struct {
+	destination          string
 	ops                  []Op
 	excludeFieldManagers []string
 	excludeUsers         []string
@@ -49,6 +54,7 @@ type subscriptionSpec struct {
 // both share (an owner that does not exclude a write wants it mirrored).
 func (a subscriptionSpec) merge(b subscriptionSpec) subscriptionSpec {
 	return subscriptionSpec{
+		destination:          a.destination, // one target has one destination
 		ops:                  unionOps(a.ops, b.ops),
 		excludeFieldManagers: intersect(a.excludeFieldManagers, b.excludeFieldManagers),
 		excludeUsers:         intersect(a.excludeUsers, b.excludeUsers),
@@ -330,6 +336,7 @@ func (c *Cluster) reconcileLocked() {
 				want[ik] = subs
 			}
 			sub := subscriptionSpec{
+				destination:          spec.Destination,
 				ops:                  slices.Clone(spec.Operations),
 				excludeFieldManagers: slices.Clone(spec.ExcludeFieldManagers),
 				excludeUsers:         slices.Clone(spec.ExcludeUsers),

@@ -256,3 +256,22 @@ func gitStdin(t *testing.T, gitDir, stdin string, args ...string) string {
 	require.NoError(t, err, "git %s", strings.Join(args, " "))
 	return string(out)
 }
+
+// A GitTarget whose folder changes is handed the whole state again: existing objects appear in
+// the new folder, and the old folder stays as it was.
+func TestPathChangeSnapshotsIntoTheNewFolder(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-move", "old", []string{"alice"}, configMapWriters, watchConfigMaps)
+	_, err := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "a"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	oldFile := objectFile(m, "", "configmaps", "a")
+	require.True(t, poll(60*time.Second, func() bool { return slices.Contains(m.files(t), oldFile) }))
+
+	_, err = dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns).Patch(ctx, "target", types.MergePatchType,
+		[]byte(`{"spec":{"path":"new"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	newFile := "new/" + m.ns + "/core/configmaps/a.yaml"
+	require.True(t, poll(60*time.Second, func() bool { return slices.Contains(m.files(t), newFile) }), "files: %v", m.files(t))
+	require.Contains(t, m.files(t), oldFile, "the old folder is never deleted")
+}
