@@ -1,8 +1,15 @@
 package watch
 
 import (
+	"context"
 	"errors"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -73,4 +80,56 @@ func manifestOf(u *unstructured.Unstructured) ([]byte, error) {
 		return nil, errors.New(e)
 	}
 	return nil, errors.New("the object carries no declared form")
+}
+
+// newCompactInformer is dynamicinformer.NewFilteredDynamicInformer with compact objects from
+// the source on: list items and watch events are compacted as they arrive, before the reflector
+// keeps them. A watch-list's initial events, which client-go's reflector gathers before it hands
+// them to the informer, then never hold 10,000 full objects at once.
+func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, render Render) cache.SharedIndexInformer {
+	res := client.Resource(gvr).Namespace(namespace)
+	transform := compactTransform(render)
+	compactList := func(obj runtime.Object, err error) (runtime.Object, error) {
+		if err != nil {
+			return nil, err
+		}
+		if l, ok := obj.(*unstructured.UnstructuredList); ok {
+			for i := range l.Items {
+				c, _ := transform(&l.Items[i]) // never fails: a render error is kept in the object
+				l.Items[i] = *c.(*unstructured.Unstructured)
+			}
+		}
+		return obj, nil
+	}
+	compactWatch := func(w watch.Interface, err error) (watch.Interface, error) {
+		if err != nil {
+			return nil, err
+		}
+		return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			if e.Type == watch.Bookmark || e.Type == watch.Error {
+				return e, true // a bookmark's annotations tell the reflector where the initial events end
+			}
+			if u, ok := e.Object.(*unstructured.Unstructured); ok {
+				c, _ := transform(u)
+				e.Object = c.(*unstructured.Unstructured)
+			}
+			return e, true
+		}), nil
+	}
+	lw := &cache.ListWatch{
+		ListFunc: func(options metav1.ListOptions) (runtime.Object, error) {
+			return compactList(res.List(context.Background(), options))
+		},
+		WatchFunc: func(options metav1.ListOptions) (watch.Interface, error) {
+			return compactWatch(res.Watch(context.Background(), options))
+		},
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			return compactList(res.List(ctx, options))
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			return compactWatch(res.Watch(ctx, options))
+		},
+	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
 }

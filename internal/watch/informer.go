@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -87,8 +86,8 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	}
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
-	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, key.gvr, key.namespace, 0, cache.Indexers{}, nil).Informer()
-	_ = s.informer.SetTransform(compactTransform(opts.Render))
+	s.informer = newCompactInformer(client, key.gvr, key.namespace, opts.Render)
+	_ = s.informer.SetTransform(compactTransform(opts.Render)) // a safety net: objects arrive compact
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		s.setErr(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
