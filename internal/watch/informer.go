@@ -87,7 +87,6 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
 	s.informer = newCompactInformer(client, key.gvr, key.namespace, opts.Render)
-	_ = s.informer.SetTransform(compactTransform(opts.Render)) // a safety net: objects arrive compact
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		s.setErr(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)

@@ -71,11 +71,6 @@ func intersect(a, b []string) []string {
 	return out
 }
 
-// key identifies a stream: one target's view of one informer.
-func (s StreamSpec) key() string {
-	return fmt.Sprintf("%s|%s|%s", s.Target, s.GVR, s.Namespace)
-}
-
 func (s StreamSpec) informer() informerKey { return informerKey{gvr: s.GVR, namespace: s.Namespace} }
 
 // Render turns a live object into its declared-form manifest.
