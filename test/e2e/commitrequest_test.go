@@ -41,50 +41,15 @@ func newRequestMirror(t *testing.T, ns string) *requestMirror {
 	admin := clientFor(t, "admin")
 	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	bind := func(name string, rules []rbacv1.PolicyRule, users ...string) {
-		_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		var subjects []rbacv1.Subject
-		for _, u := range users {
-			subjects = append(subjects, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u})
-		}
-		_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
-			Subjects:   subjects,
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
-	bind("writers", append([]rbacv1.PolicyRule{{
+	bindRole(t, admin, ns, "writers", append([]rbacv1.PolicyRule{{
 		APIGroups: []string{"kubescribe.dev"}, Resources: []string{"commitrequests"}, Verbs: []string{"get", "list", "watch", "create"},
 	}}, configMapWriters...), "alice", "bob")
 	// The grant the issue names: assert-author on GitTarget tenants only.
-	bind("assert-author-tenants", []rbacv1.PolicyRule{{
+	bindRole(t, admin, ns, "assert-author-tenants", []rbacv1.PolicyRule{{
 		APIGroups: []string{"kubescribe.dev"}, Resources: []string{"gittargets"}, ResourceNames: []string{"tenants"}, Verbs: []string{"assert-author"},
 	}}, "alice")
 
-	m := &mirror{ns: ns, repo: ns}
-	m.repoDir, err = env.Git.CreateRepo(m.repo)
-	require.NoError(t, err)
-	_, err = admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "git-credentials"},
-		Data: map[string][]byte{
-			v1alpha1.SecretKeyUsername: []byte(env.Git.Username),
-			v1alpha1.SecretKeyPassword: []byte(env.Git.Password),
-			v1alpha1.SecretKeyCACert:   env.Git.CAData,
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-
-	create(t, v1alpha1.GitProvidersResource, ns, &v1alpha1.GitProvider{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitProvider"},
-		ObjectMeta: metav1.ObjectMeta{Name: "repo", Namespace: ns},
-		Spec: v1alpha1.GitProviderSpec{
-			URL:          env.Git.URL(m.repo),
-			SecretRef:    &v1alpha1.LocalObjectReference{Name: "git-credentials"},
-			CommitWindow: &metav1.Duration{Duration: requestWindow},
-		},
-	})
+	m := newRepoProvider(t, env, admin, ns, requestWindow)
 	// Folders of one branch may not overlap: each target has its own.
 	for name, path := range map[string]string{"tenants": "tenants", "other": "other"} {
 		create(t, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{

@@ -77,24 +77,45 @@ func setUpTarget(t *testing.T, s *stack.Stack, ns, path string, users []string, 
 	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	if len(rules) > 0 {
-		_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "writers"}, Rules: rules}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		var subjects []rbacv1.Subject
-		for _, u := range users {
-			subjects = append(subjects, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u})
-		}
-		_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "writers"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "writers"},
-			Subjects:   subjects,
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
+		bindRole(t, admin, ns, "writers", rules, users...)
 	}
+	m := newRepoProvider(t, s, admin, ns, time.Second)
+	m.path = path
+	createOn(t, s.AdminConfig, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
+		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		Spec:       v1alpha1.GitTargetSpec{ProviderRef: v1alpha1.LocalObjectReference{Name: "repo"}, Branch: "main", Path: path},
+	})
+	return m
+}
 
-	m := &mirror{ns: ns, repo: ns, path: path}
+// bindRole creates Role name in ns with rules, bound to the given users.
+func bindRole(t *testing.T, admin kubernetes.Interface, ns, name string, rules []rbacv1.PolicyRule, users ...string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var subjects []rbacv1.Subject
+	for _, u := range users {
+		subjects = append(subjects, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u})
+	}
+	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// newRepoProvider creates, on stack s, a Git repository named ns, the Secret "git-credentials"
+// for it in namespace ns, and the GitProvider "repo" with the given commit window.
+func newRepoProvider(t *testing.T, s *stack.Stack, admin kubernetes.Interface, ns string, window time.Duration) *mirror {
+	t.Helper()
+	m := &mirror{ns: ns, repo: ns}
+	var err error
 	m.repoDir, err = s.Git.CreateRepo(m.repo)
 	require.NoError(t, err)
-	_, err = admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+	_, err = admin.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "git-credentials"},
 		Data: map[string][]byte{
 			v1alpha1.SecretKeyUsername: []byte(s.Git.Username),
@@ -103,20 +124,14 @@ func setUpTarget(t *testing.T, s *stack.Stack, ns, path string, users []string, 
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-
 	createOn(t, s.AdminConfig, v1alpha1.GitProvidersResource, ns, &v1alpha1.GitProvider{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitProvider"},
 		ObjectMeta: metav1.ObjectMeta{Name: "repo", Namespace: ns},
 		Spec: v1alpha1.GitProviderSpec{
 			URL:          s.Git.URL(m.repo),
 			SecretRef:    &v1alpha1.LocalObjectReference{Name: "git-credentials"},
-			CommitWindow: &metav1.Duration{Duration: time.Second},
+			CommitWindow: &metav1.Duration{Duration: window},
 		},
-	})
-	createOn(t, s.AdminConfig, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
-		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
-		Spec:       v1alpha1.GitTargetSpec{ProviderRef: v1alpha1.LocalObjectReference{Name: "repo"}, Branch: "main", Path: path},
 	})
 	return m
 }
