@@ -131,7 +131,7 @@ func (o *Options) Validate() error {
 	if !audit.ValidRoute(o.ClusterName) {
 		bad("ClusterName", "%q must be a DNS label (lower-case letters, digits and '-')", o.ClusterName)
 	}
-	if o.RedisAddr == "" {
+	if strings.Trim(o.RedisAddr, ", ") == "" {
 		bad("RedisAddr", "is required: attribution facts are kept in Redis")
 	}
 	if _, err := keyspace.Parse(o.RedisKeyPrefix); err != nil {

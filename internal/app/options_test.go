@@ -31,6 +31,7 @@ func TestValidate(t *testing.T) {
 		{name: "valid", mutate: func(*Options) {}},
 		{name: "client CA instead of token", mutate: func(o *Options) { o.AuditTokenFile, o.AuditClientCAFile = "", "ca.crt" }},
 		{name: "no redis", mutate: func(o *Options) { o.RedisAddr = "" }, wantErr: "Options.RedisAddr is required"},
+		{name: "redis list of nothing", mutate: func(o *Options) { o.RedisAddr = " , ," }, wantErr: "Options.RedisAddr is required"},
 		{name: "glob in prefix", mutate: func(o *Options) { o.RedisKeyPrefix = "ks*" }, wantErr: "Options.RedisKeyPrefix is invalid"},
 		{name: "percent in prefix", mutate: func(o *Options) { o.RedisKeyPrefix = "ks%" }, wantErr: "Options.RedisKeyPrefix is invalid"},
 		{name: "no TLS", mutate: func(o *Options) { o.TLSKeyFile = "" }, wantErr: "TLSCertFile/TLSKeyFile are required"},
