@@ -330,7 +330,7 @@ type rawEntry struct {
 func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 
 // parsedTree is a tree's raw content and where its entries are in it. Trees that differ only in
-// the hashes of their entries share ents.
+// the hashes of their entries share ents and index (never written once built).
 type parsedTree struct {
 	raw  []byte
 	ents []treeEntryRef
@@ -540,7 +540,8 @@ func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plu
 	if h != tree {
 		tb.record(h, tree)
 	}
-	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents})
+	// Same layout: the entries and their name index carry over.
+	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents, index: t.index})
 	return h, true, nil
 }
 
