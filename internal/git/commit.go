@@ -304,11 +304,19 @@ func (c *treeCache) commit() {
 type packObject struct {
 	hash plumbing.Hash
 	base plumbing.Hash
+	// patched, for a tree patch wrote, holds the offsets of the entry hashes it replaced in
+	// base's content; everything else is base's content byte for byte, so the delta is known
+	// without comparing the two.
+	patched []int
 }
 
 func (tb treeBuilder) record(h, base plumbing.Hash) {
+	tb.recordPatched(h, base, nil)
+}
+
+func (tb treeBuilder) recordPatched(h, base plumbing.Hash, patched []int) {
 	if tb.created != nil {
-		*tb.created = append(*tb.created, packObject{hash: h, base: base})
+		*tb.created = append(*tb.created, packObject{hash: h, base: base, patched: patched})
 	}
 }
 
@@ -530,15 +538,18 @@ func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plu
 		patches = append(patches, hashPatch{off: e.off, h: h})
 	}
 	raw := slices.Clone(t.raw)
-	for _, p := range patches {
+	offsets := make([]int, len(patches))
+	for i, p := range patches {
 		copy(raw[p.off:], p.h[:])
+		offsets[i] = p.off
 	}
 	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, raw))
 	if err != nil {
 		return plumbing.ZeroHash, false, err
 	}
 	if h != tree {
-		tb.record(h, tree)
+		slices.Sort(offsets)
+		tb.recordPatched(h, tree, offsets)
 	}
 	// Same layout: the entries and their name index carry over.
 	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents, index: t.index})
