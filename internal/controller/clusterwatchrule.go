@@ -45,6 +45,9 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 	switch {
 	case r.Spec.NamespaceSelector != nil && len(r.Spec.Namespaces) > 0:
 		req.invalid = "set at most one of namespaces and namespaceSelector"
+	case r.Spec.NamespaceSelector != nil && c.remoteTarget(req.target):
+		// The Namespace informer watches the cluster kubescribe runs in, not the remote one.
+		req.invalid = "namespaceSelector is not supported for a GitTarget with spec.sourceCluster (the labels would be read from the wrong cluster): list the namespaces in spec.namespaces"
 	case r.Spec.NamespaceSelector != nil:
 		sel, err := metav1.LabelSelectorAsSelector(r.Spec.NamespaceSelector)
 		if err != nil {
