@@ -37,8 +37,8 @@ import (
 // FieldManager is the field manager of every write the controller makes.
 const FieldManager = "kubescribe"
 
-// Periodic re-checks. Provider credentials are read with a GET rather than a Secret informer
-// (which would need list/watch on every Secret), so a rotated Secret is picked up on this timer.
+// Periodic re-checks. Secrets are read with a GET when needed; a metadata-only watch of Secrets
+// (Options.Metadata) re-enqueues their GitProviders and GitTargets as soon as they change.
 const (
 	providerRecheck = 5 * time.Minute
 	targetRecheck   = time.Minute

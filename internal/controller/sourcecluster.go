@@ -415,7 +415,8 @@ func quoteAll(s []string) []string {
 }
 
 // newSecretWatch watches the metadata of Secrets (never their data) so that a GitTarget is
-// reconciled as soon as the kubeconfig Secret it names changes or goes. It keeps only names and
+// reconciled as soon as the kubeconfig Secret it names changes or goes, and a GitProvider as
+// soon as its credentials do. It keeps only names and
 // resourceVersions: annotations such as kubectl's last-applied-configuration can hold a copy of
 // the data.
 func (c *Controller) newSecretWatch() (cache.SharedIndexInformer, error) {
@@ -480,8 +481,10 @@ func (c *Controller) secretVersion(name types.NamespacedName) string {
 	return m.ResourceVersion
 }
 
-// enqueueTargetsOfSecret enqueues the GitTargets whose kubeconfig Secret is name.
+// enqueueTargetsOfSecret enqueues the GitTargets whose kubeconfig Secret is name, and the
+// GitProviders whose credentials it holds.
 func (c *Controller) enqueueTargetsOfSecret(name types.NamespacedName) {
+	c.enqueueReferencing(kindProvider, name.Namespace, "secretRef", name.Name)
 	c.list(kindTarget, name.Namespace, func(u *unstructured.Unstructured) {
 		if s, _, _ := unstructured.NestedString(u.Object, "spec", "sourceCluster", "kubeConfigSecretRef", "name"); s == name.Name {
 			c.enqueue(kindTarget, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
