@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -171,6 +172,18 @@ func TestRemoteSourceCluster(t *testing.T) {
 	got = f.target("a")
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable, "connection refused")
 	require.Equal(t, v1alpha1.ReasonUnreachable, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable).Reason)
+	_, routed := f.route("a")
+	require.True(t, routed, "an unreachable remote keeps its targets routed: the watches recover by themselves")
+	for err, reason := range map[error]string{
+		apierrors.NewUnauthorized("Unauthorized"):                            v1alpha1.ReasonUnauthorized,
+		apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no")): v1alpha1.ReasonForbidden,
+	} {
+		remote.err = err
+		require.NoError(t, f.syncTarget("a"))
+		got = f.target("a")
+		requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable)
+		require.Equal(t, reason, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable).Reason)
+	}
 	remote.err = nil
 
 	// Deleting the Secret stops the mirror; the entry goes with its last target.
@@ -178,7 +191,7 @@ func TestRemoteSourceCluster(t *testing.T) {
 	require.NoError(t, f.syncTarget("a"))
 	got = f.target("a")
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound, `Secret "edge-kc"`)
-	_, routed := f.route("a")
+	_, routed = f.route("a")
 	require.False(t, routed)
 	require.NotNil(t, f.sources.Cluster("edge"), "target b still uses the cluster")
 	require.NoError(t, f.syncTarget("b"))
