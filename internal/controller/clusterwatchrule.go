@@ -45,16 +45,21 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 	switch {
 	case r.Spec.NamespaceSelector != nil && len(r.Spec.Namespaces) > 0:
 		req.invalid = "set at most one of namespaces and namespaceSelector"
-	case r.Spec.NamespaceSelector != nil && c.remoteTarget(req.target):
-		// The Namespace informer watches the cluster kubescribe runs in, not the remote one.
-		req.invalid = "namespaceSelector is not supported for a GitTarget with spec.sourceCluster (the labels would be read from the wrong cluster): list the namespaces in spec.namespaces"
 	case r.Spec.NamespaceSelector != nil:
 		sel, err := metav1.LabelSelectorAsSelector(r.Spec.NamespaceSelector)
 		if err != nil {
 			req.invalid = fmt.Sprintf("namespaceSelector: %v", err)
 			break
 		}
-		req.namespaces = c.selectNamespaces(sel)
+		if route, remote := c.remoteTarget(req.target); remote {
+			// The Namespace informer watches the cluster kubescribe runs in: ask the remote.
+			if req.namespaces, err = c.remoteNamespaces(route, sel); err != nil {
+				req.failed = err.Error()
+				break
+			}
+		} else {
+			req.namespaces = c.selectNamespaces(sel)
+		}
 		req.scope = fmt.Sprintf("in the namespaces matching %q: [%s]", sel.String(), strings.Join(req.namespaces, ", "))
 	case len(r.Spec.Namespaces) > 0:
 		req.namespaces = slices.Sorted(slices.Values(r.Spec.Namespaces))

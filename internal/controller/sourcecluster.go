@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -76,8 +77,9 @@ type sourceEntry struct {
 	route string
 	// hash is the SHA-256 of the kubeconfig the clients were built from. Neither the kubeconfig
 	// nor the Secret is kept.
-	hash  [sha256.Size]byte
-	probe func(context.Context) error
+	hash   [sha256.Size]byte
+	probe  func(context.Context) error
+	client dynamic.Interface
 	// users are the GitTargets mirroring the cluster, with the Secret each read it from.
 	users map[types.NamespacedName]secretUse
 	// builds counts the clients built for this route (1 + rotations).
@@ -109,11 +111,44 @@ func (c *Controller) sourceClusterOf(t *v1alpha1.GitTarget) string {
 	return c.opts.Cluster
 }
 
-// remoteTarget reports whether the GitTarget name mirrors a remote cluster.
-func (c *Controller) remoteTarget(name types.NamespacedName) bool {
+// remoteTarget reports whether the GitTarget name mirrors a remote cluster, and its route.
+func (c *Controller) remoteTarget(name types.NamespacedName) (string, bool) {
 	var t v1alpha1.GitTarget
 	exists, err := c.get(kindTarget, name, &t)
-	return err == nil && exists && t.Spec.SourceCluster != nil
+	if err != nil || !exists || t.Spec.SourceCluster == nil {
+		return "", false
+	}
+	return t.Spec.SourceCluster.AuditRoute, true
+}
+
+// remoteNamespaces lists the namespaces of a remote cluster whose labels sel matches, sorted;
+// never nil. The remote's namespaces are read at each evaluation of the rule (not watched), so
+// a relabelled namespace is followed at the rule's next recheck.
+func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]string, error) {
+	c.sources.mu.Lock()
+	e := c.sources.entries[route]
+	var client dynamic.Interface
+	if e != nil {
+		client = e.client
+	}
+	c.sources.mu.Unlock()
+	if client == nil {
+		return nil, fmt.Errorf("source cluster %q is not registered", route)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
+	defer cancel()
+	list, err := client.Resource(namespacesResource).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the namespaces of cluster %q for namespaceSelector: %v", route, err)
+	}
+	out := []string{}
+	for _, ns := range list.Items {
+		if sel.Matches(labels.Set(ns.GetLabels())) {
+			out = append(out, ns.GetName())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // useSourceCluster makes sure the remote cluster a GitTarget names is registered with clients
@@ -227,7 +262,7 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 			}
 		}
 	}
-	e.hash, e.probe = hash, clients.Probe
+	e.hash, e.probe, e.client = hash, clients.Probe, clients.Dynamic
 	e.builds++
 	e.users[name] = use
 	c.countBuild(route)

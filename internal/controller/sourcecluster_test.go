@@ -99,7 +99,8 @@ type remoteFake struct {
 func (r *remoteFake) clients(cfg *rest.Config) (SourceClients, error) {
 	r.builds = append(r.builds, cfg)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{widgetsGVR: "WidgetList"})
+		map[schema.GroupVersionResource]string{widgetsGVR: "WidgetList", namespacesResource: "NamespaceList"},
+		newNamespace("edge-a", map[string]string{"team": "a"}), newNamespace("edge-b", map[string]string{"team": "b"}))
 	_, dc := newDiscovery([]*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{apiResource("widgets", true, listWatch...)}}})
 	return SourceClients{Dynamic: dyn, Discovery: dc, Probe: func(context.Context) error { return r.err }}, nil
 }
@@ -225,4 +226,28 @@ func TestRemoteSourceClusterRefusals(t *testing.T) {
 	require.Nil(t, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable))
 	require.Empty(t, remote.builds)
 	require.Equal(t, []string{testCluster}, f.sources.Names())
+}
+
+// TestRemoteClusterRuleNamespaceSelector: a ClusterWatchRule's namespaceSelector on a remote
+// GitTarget selects the remote's namespaces, not the local ones.
+func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
+	remote := &remoteFake{}
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("web", "edge-kc", "edge"),
+			newNamespace("local-a", map[string]string{"team": "a"}),
+			newClusterRule("by-label", func(r *v1alpha1.ClusterWatchRule) {
+				r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+			}, rule([]string{"example.com"}, []string{"widgets"}))},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
+		sourceClients: remote.clients,
+		workers:       1,
+	})
+	var got v1alpha1.ClusterWatchRule
+	waitFor(t, 15*time.Second, "the rule to be Ready", func() bool {
+		got = f.clusterRule("by-label")
+		return conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Status == metav1.ConditionTrue
+	})
+	require.Equal(t, []string{"edge-a"}, got.Status.Namespaces)
+	require.Contains(t, conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Message, `in cluster "edge"`)
 }

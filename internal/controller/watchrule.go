@@ -74,6 +74,8 @@ type ruleRequest struct {
 	scope string
 	// invalid, when set, is why the request cannot be served (an InvalidSpec message).
 	invalid string
+	// failed, when set, is why the request cannot be served now (a WatchFailed message).
+	failed string
 }
 
 // ruleOutcome is how a rule stands: its Ready condition, its ResourcesResolved condition (nil
@@ -131,6 +133,9 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	}
 	if !c.opts.Router.Routed(req.target) {
 		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", req.target.Name), 0)
+	}
+	if req.failed != "" {
+		return stop(v1alpha1.ReasonWatchFailed, req.failed, notReadyRecheck)
 	}
 	if source == nil {
 		return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("source cluster %q is not registered", cluster), notReadyRecheck)
