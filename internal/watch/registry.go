@@ -348,6 +348,9 @@ func (c *Cluster) Set(owner string, specs []StreamSpec) {
 func (c *Cluster) Remove(owner string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.owners[owner]; !ok {
+		return // nothing changes: rules ask every other cluster to forget them at each evaluation
+	}
 	delete(c.owners, owner)
 	c.reconcileLocked()
 }
