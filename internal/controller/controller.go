@@ -51,9 +51,9 @@ type Options struct {
 	// Client reaches the cluster kubescribe runs in (the config plane: CRDs and Secrets).
 	Client dynamic.Interface
 	Kube   kubernetes.Interface
-	// Sources holds the source clusters; WatchRules are resolved and watched in the entry
-	// named Cluster. Today that is the cluster kubescribe runs in; remote source clusters are a
-	// later feature.
+	// Sources holds the source clusters. A rule is resolved and watched in the entry of its
+	// GitTarget's cluster: Cluster (the cluster kubescribe runs in), or the remote cluster the
+	// controller registers under spec.sourceCluster.auditRoute.
 	Sources *watch.Registry
 	// Cluster is the audit route of the source cluster.
 	Cluster string
