@@ -250,8 +250,9 @@ func TestRemoteSourceClusterMirrors(t *testing.T) {
 }
 
 // Kubeconfigs that would run code, skip TLS verification or read files are refused with their
-// own reasons; a remote that does not answer, or refuses the identity, fails only its own
-// GitTarget, and a GitTarget of the local cluster keeps working.
+// own reasons; a remote that does not answer (Unreachable), rejects the credentials
+// (Unauthorized) or refuses the identity discovery (Forbidden) fails only its own GitTarget,
+// and a GitTarget of the local cluster keeps working.
 func TestRemoteKubeconfigsRefused(t *testing.T) {
 	r := remoteCluster(t)
 	kc, err := r.Kubeconfig("kubescribe")
@@ -267,6 +268,9 @@ func TestRemoteKubeconfigsRefused(t *testing.T) {
 		"file":      editKubeconfig(t, kc, func(_, u map[string]any) { u["tokenFile"] = "/var/run/secrets/token" }),
 		"closed":    editKubeconfig(t, kc, func(c, _ map[string]any) { c["server"] = closed }),
 		"bad-token": editKubeconfig(t, kc, func(_, u map[string]any) { u["token"] = "not-a-known-token" }),
+		// No credentials: the apiserver takes the request as system:anonymous, who may not read
+		// discovery.
+		"anonymous": editKubeconfig(t, kc, func(_, u map[string]any) { u["token"] = "" }),
 	}
 	routes := map[string]string{}
 	for name := range kubeconfigs {
@@ -289,6 +293,8 @@ func TestRemoteKubeconfigsRefused(t *testing.T) {
 	waitReady(t, v1alpha1.GitTargetsResource, ns, "bad-token", metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable)
 	cond := waitCondition(t, ns, "bad-token", v1alpha1.ConditionSourceClusterReachable, metav1.ConditionFalse, v1alpha1.ReasonUnauthorized)
 	require.NotContains(t, cond.Message, "not-a-known-token")
+	waitReady(t, v1alpha1.GitTargetsResource, ns, "anonymous", metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable)
+	waitCondition(t, ns, "anonymous", v1alpha1.ConditionSourceClusterReachable, metav1.ConditionFalse, v1alpha1.ReasonForbidden)
 
 	// The cluster kubescribe runs in is mirrored as before.
 	m := newMirror(t, "e2e-remote-local", "", []string{"alice"}, configMapWriters, watchConfigMaps)
