@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/test/controlplane"
 	"github.com/kubescribe/kubescribe/test/stack"
 )
@@ -306,7 +307,8 @@ func TestRemoteKubeconfigsRefused(t *testing.T) {
 }
 
 // Rotating the kubeconfig Secret's content rebuilds the remote's clients once and mirroring
-// continues; deleting the Secret stops the mirror of that cluster and says why.
+// continues; deleting the Secret stops the mirror of that cluster and says why. The target
+// names a route the remote does not post to, so its changes stay unresolved.
 func TestRemoteSecretRotationAndDeletion(t *testing.T) {
 	ctx := context.Background()
 	r := remoteCluster(t)
@@ -332,7 +334,10 @@ func TestRemoteSecretRotationAndDeletion(t *testing.T) {
 		require.NoError(t, err)
 	}
 	createRemote("before")
-	m.waitCommits(t, 1)
+	got := m.waitCommits(t, 1)
+	// The remote posts its audit events to /audit/remote, not /audit/remote-rotate: a fact of
+	// one route never explains a change of another, even of the very same object.
+	require.Equal(t, attribution.UnresolvedUsername+"|unknown@users.kubescribe.invalid|kubescribe|create configmaps e2e-remote-rotate/before", got[0])
 
 	// Rotate to bob's kubeconfig: the clients are rebuilt once, mirroring continues.
 	bobKC, err := r.Kubeconfig("bob")
