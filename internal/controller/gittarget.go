@@ -37,7 +37,8 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
 	if ready {
-		t.Status.ObservedDestination = &v1alpha1.Destination{Branch: t.Spec.Branch, Path: t.Spec.Path}
+		dest := t.Spec.Destination() // with spec.sourceCluster's route
+		t.Status.ObservedDestination = &dest
 		if st.LastError != nil {
 			ready, reason = false, v1alpha1.ReasonPushFailed
 			msg = fmt.Sprintf("pushing to %s branch %q failed (%d changes pending, retrying): %v", st.URL, st.Branch, st.Pending, st.LastError)

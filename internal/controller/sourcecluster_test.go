@@ -137,6 +137,7 @@ func TestRemoteSourceCluster(t *testing.T) {
 		require.NotNil(t, reach)
 		require.Equal(t, v1alpha1.ReasonReachable, reach.Reason)
 	}
+	require.Equal(t, &v1alpha1.Destination{Branch: "main", Path: "a", SourceCluster: "edge"}, f.target("a").Status.ObservedDestination)
 	require.Len(t, remote.builds, 1, "two targets on one route and one kubeconfig share the clients")
 	require.NotNil(t, f.sources.Cluster("edge"))
 
