@@ -83,6 +83,8 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.DurationVar(&opts.FactTTL, "fact-ttl", opts.FactTTL, "how long attribution facts are kept in Redis")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "bound of the graceful shutdown")
 	fs.IntVar(&opts.ControllerWorkers, "controller-workers", opts.ControllerWorkers, "reconcile workers")
+	fs.BoolVar(&opts.AllowRemoteKubeconfigExec, "allow-remote-kubeconfig-exec", false, "accept GitTarget kubeconfigs (spec.sourceCluster) that run an exec or auth-provider plugin inside kubescribe")
+	fs.BoolVar(&opts.AllowRemoteKubeconfigInsecure, "allow-remote-kubeconfig-insecure", false, "accept GitTarget kubeconfigs with insecure-skip-tls-verify or a plain http:// server")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	if err := fs.Parse(args); err != nil {

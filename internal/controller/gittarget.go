@@ -28,14 +28,17 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	if !exists {
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)
+		c.releaseSource(name, "")
 		c.enqueueAllTargets() // one refused for overlapping this one may write now
 		return nil
 	}
 	before := t.Status.DeepCopy()
 	ready, reason, msg := c.routeTarget(name, &t)
+	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
 	if ready {
-		t.Status.ObservedDestination = &v1alpha1.Destination{Branch: t.Spec.Branch, Path: t.Spec.Path}
+		dest := t.Spec.Destination() // with spec.sourceCluster's route
+		t.Status.ObservedDestination = &dest
 		if st.LastError != nil {
 			ready, reason = false, v1alpha1.ReasonPushFailed
 			msg = fmt.Sprintf("pushing to %s branch %q failed (%d changes pending, retrying): %v", st.URL, st.Branch, st.Pending, st.LastError)
@@ -69,9 +72,8 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 		c.opts.Router.Unroute(name, false)
 		return false, reason, msg
 	}
-	if t.Spec.SourceCluster != nil {
-		return unroute(v1alpha1.ReasonSourceClusterUnsupported,
-			"spec.sourceCluster is not supported by this version of kubescribe: remove it to mirror the cluster kubescribe runs in")
+	if ref := c.useSourceCluster(name, t); ref != nil {
+		return unroute(ref.reason, ref.msg)
 	}
 	providerName := types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}
 	var p v1alpha1.GitProvider
