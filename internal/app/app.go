@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
@@ -64,6 +65,8 @@ type App struct {
 	// The admission listener and server; nil when disabled.
 	admissionLn  net.Listener
 	admissionSrv *http.Server
+	// candidates is the attribution webhook (on the admission listener); nil when disabled.
+	candidates *admission.Handler
 }
 
 // New validates opts, builds every part and binds the listeners, so that a bad flag, an
@@ -112,12 +115,14 @@ func New(opts Options) (_ *App, err error) {
 	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry)
 	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
+	a.store.SetCandidateTTL(opts.CandidateTTL)
 	watchMetrics := watch.NewMetrics(opts.Registry)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
-		Facts:   a.store,
-		Grace:   opts.AttributionGrace,
-		Logger:  a.log.With("component", "attribution"),
-		Metrics: attribution.NewMetrics(opts.Registry),
+		Facts:      a.store,
+		Candidates: a.store,
+		Grace:      opts.AttributionGrace,
+		Logger:     a.log.With("component", "attribution"),
+		Metrics:    attribution.NewMetrics(opts.Registry),
 		Excluded: func(c watch.Change) {
 			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
 		},
@@ -125,6 +130,9 @@ func New(opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The local cluster's source; the audit route names it (a remote cluster may get its own).
+	src, _ := attribution.ParseSource(opts.AttributionSource) // validated above
+	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors})
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
@@ -219,7 +227,20 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	if err != nil {
 		return err
 	}
-	a.admissionSrv = newServer(h, a.log)
+	a.candidates, err = admission.NewHandler(admission.HandlerOptions{
+		Store:             a.store,
+		Render:            declared.Manifest,
+		RequireClientCert: a.opts.AdmissionClientCAFile != "",
+		Logger:            a.log,
+		Metrics:           admission.NewMetrics(a.opts.Registry),
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(authz.Path, h)
+	mux.Handle(admission.PathPrefix, a.candidates)
+	a.admissionSrv = newServer(mux, a.log)
 	a.admissionSrv.TLSConfig = cfg
 	a.admissionLn, err = a.listen("admission", a.opts.AdmissionListenAddress)
 	return err
@@ -358,6 +379,11 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.serve("audit server", a.auditSrv, serveErr, func() error { return a.auditSrv.ServeTLS(a.auditLn, "", "") })
 	if a.admissionSrv != nil {
+		// The candidate writer stops after the server (which queues for it), before Redis.
+		candCtx, stopCand := context.WithCancel(bg)
+		candDone := make(chan struct{})
+		go func() { defer close(candDone); a.candidates.Run(candCtx) }()
+		a.life.onStop("admission candidates", func(context.Context) error { stopCand(); <-candDone; return nil })
 		// It records verdicts in Redis, which closes after it stops.
 		a.serve("admission server", a.admissionSrv, serveErr, func() error { return a.admissionSrv.ServeTLS(a.admissionLn, "", "") })
 	}
@@ -382,7 +408,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.ready.Store(true)
 	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
-		"admission", a.opts.AdmissionListenAddress != "",
+		"admission", a.opts.AdmissionListenAddress != "", "attributionSource", a.opts.AttributionSource,
 		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
 
 	select {

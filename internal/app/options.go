@@ -84,6 +84,12 @@ type Options struct {
 
 	// AttributionGrace is how long a change waits for the audit fact naming its author.
 	AttributionGrace time.Duration
+	// AttributionSource is where the authors of the local cluster's changes come from: audit,
+	// admission (candidates from POST /validate/attribution/{ClusterName}, confirmed by the
+	// watch) or both (an audit fact wins).
+	AttributionSource string
+	// CandidateTTL is how long admission candidates are kept in Redis.
+	CandidateTTL time.Duration
 	// FactTTL is how long facts are kept in Redis.
 	FactTTL time.Duration
 	// ShutdownTimeout bounds the whole graceful shutdown.
@@ -115,6 +121,8 @@ func DefaultOptions() Options {
 		CommitRequestTTL:       24 * time.Hour,
 
 		AttributionGrace:  attribution.DefaultGrace,
+		AttributionSource: string(attribution.SourceAudit),
+		CandidateTTL:      attribution.DefaultCandidateTTL,
 		DiscoveryRefresh:  watch.DefaultDiscoveryRefresh,
 		FactTTL:           attribution.DefaultFactTTL,
 		ShutdownTimeout:   30 * time.Second,
@@ -177,6 +185,16 @@ func (o *Options) Validate() error {
 	}
 	if (o.AdmissionTLSCertFile == "") != (o.AdmissionTLSKeyFile == "") {
 		bad("AdmissionTLSCertFile/AdmissionTLSKeyFile", "must be set together")
+	}
+	if src, err := attribution.ParseSource(o.AttributionSource); err != nil {
+		bad("AttributionSource", "is invalid: %v", err)
+	} else if src != attribution.SourceAudit && o.AdmissionListenAddress == "" {
+		bad("AttributionSource", "%q needs the admission listener (AdmissionListenAddress), which serves /validate/attribution/{route}", src)
+	}
+	if o.CandidateTTL <= 0 {
+		bad("CandidateTTL", "must be positive, got %s", o.CandidateTTL)
+	} else if o.CandidateTTL < o.AttributionGrace {
+		bad("CandidateTTL", "(%s) must be longer than AttributionGrace (%s)", o.CandidateTTL, o.AttributionGrace)
 	}
 	if o.ControllerWorkers <= 0 {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)
