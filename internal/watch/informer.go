@@ -254,7 +254,7 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 		return                       // a write made while nothing watched, by an excluded field manager
 	}
 	c := s.change(sub, u, op)
-	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
+	c.Manifest, c.Digest, c.Snapshot, c.Resumed = manifest, sum, true, sub.cursor.Known
 	s.emit(c)
 }
 
