@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -22,8 +25,6 @@ const namespaceNameLabel = "kubernetes.io/metadata.name"
 // Resource is one watched resource the webhook must see writes of.
 type Resource struct {
 	Group, Resource string
-	// Namespaced: cluster-scoped resources get a rule of their own.
-	Namespaced bool
 	// Operations are CREATE, UPDATE and DELETE (the watch's create, update, delete); empty
 	// means all three.
 	Operations []string
@@ -92,13 +93,11 @@ func WebhookConfiguration(opts WebhookOptions) *admissionregistrationv1.Validati
 	}
 }
 
-// Rules turns watched resources into webhook rules, one per (group, scope, operations), in a
-// stable order.
+// Rules turns watched resources into webhook rules, one per (group, operations), in a stable
+// order.
 func Rules(resources []Resource) []admissionregistrationv1.RuleWithOperations {
 	type key struct {
-		group      string
-		namespaced bool
-		ops        string
+		group, ops string
 	}
 	byKey := map[key][]string{}
 	add := func(k key, r string) {
@@ -111,9 +110,9 @@ func Rules(resources []Resource) []admissionregistrationv1.RuleWithOperations {
 		if len(ops) == 0 || r.Resource == "" {
 			continue
 		}
-		add(key{r.Group, r.Namespaced, strings.Join(ops, ",")}, r.Resource)
+		add(key{r.Group, strings.Join(ops, ",")}, r.Resource)
 		if r.Scale && slices.Contains(ops, OpUpdate) {
-			add(key{r.Group, r.Namespaced, OpUpdate}, r.Resource+"/scale")
+			add(key{r.Group, OpUpdate}, r.Resource+"/scale")
 		}
 	}
 	keys := make([]key, 0, len(byKey))
@@ -121,14 +120,16 @@ func Rules(resources []Resource) []admissionregistrationv1.RuleWithOperations {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b key) int {
-		return strings.Compare(fmt.Sprint(a.group, !a.namespaced, a.ops), fmt.Sprint(b.group, !b.namespaced, b.ops))
+		if c := strings.Compare(a.group, b.group); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ops, b.ops)
 	})
 	out := make([]admissionregistrationv1.RuleWithOperations, 0, len(keys))
 	for _, k := range keys {
-		scope := admissionregistrationv1.ClusterScope
-		if k.namespaced {
-			scope = admissionregistrationv1.NamespacedScope
-		}
+		// Any scope: the namespace selector applies to namespaced objects only, and a
+		// cluster-scoped watched resource is matched too.
+		scope := admissionregistrationv1.AllScopes
 		var ops []admissionregistrationv1.OperationType
 		for _, o := range strings.Split(k.ops, ",") {
 			ops = append(ops, admissionregistrationv1.OperationType(o))
@@ -160,4 +161,50 @@ func normalOps(ops []string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// DefaultServicePort is the port of the Service in front of kubescribe's admission listener.
+const DefaultServicePort = 9443
+
+// ClientConfig builds how the apiserver reaches the attribution webhook of cluster route:
+// rawURL (https, a host, no user info, query or fragment; a URL without a path gets
+// PathPrefix+route) or service ("namespace/name[:port]"), exactly one, and the PEM CA bundle
+// that verifies kubescribe's serving certificate.
+func ClientConfig(rawURL, service string, caBundle []byte, route string) (admissionregistrationv1.WebhookClientConfig, error) {
+	var cc admissionregistrationv1.WebhookClientConfig
+	if (rawURL == "") == (service == "") {
+		return cc, errors.New("exactly one of a URL and a Service is required")
+	}
+	if !strings.Contains(string(caBundle), "-----BEGIN CERTIFICATE-----") {
+		return cc, errors.New("the CA bundle holds no PEM certificate: the apiserver must verify kubescribe's certificate")
+	}
+	cc.CABundle = caBundle
+	path := PathPrefix + route
+	if rawURL != "" {
+		u, err := url.Parse(rawURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return cc, fmt.Errorf("webhook URL %q: want an https URL with a host, without user info, query or fragment", rawURL)
+		}
+		if u.Path == "" || u.Path == "/" {
+			u.Path = path
+		}
+		s := u.String()
+		cc.URL = &s
+		return cc, nil
+	}
+	port := int32(DefaultServicePort)
+	s := service
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		p, err := strconv.ParseInt(s[i+1:], 10, 32)
+		if err != nil || p < 1 || p > 65535 {
+			return cc, fmt.Errorf("service %q: the port must be a number from 1 to 65535", service)
+		}
+		port, s = int32(p), s[:i]
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return cc, fmt.Errorf("service %q: want namespace/name[:port]", service)
+	}
+	cc.Service = &admissionregistrationv1.ServiceReference{Namespace: ns, Name: name, Path: &path, Port: &port}
+	return cc, nil
 }

@@ -151,7 +151,12 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	verdicts := authz.NewStore(a.rdb, prefix, opts.VerdictTTL)
+	webhook, err := a.attributionWebhook()
+	if err != nil {
+		return nil, err
+	}
 	a.controller, err = controller.New(controller.Options{
+		AttributionWebhook: webhook,
 		Client:           dyn,
 		Kube:             kube,
 		Sources:          a.sources,
@@ -451,4 +456,22 @@ func (a *App) serve(name string, srv *http.Server, errc chan<- error, f func() e
 		<-done
 		return err
 	})
+}
+
+// attributionWebhook is how the controller manages the attribution webhook configuration; nil
+// when it is not asked to.
+func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error) {
+	o := a.opts
+	if o.AttributionWebhookURL == "" && o.AttributionWebhookService == "" {
+		return nil, nil
+	}
+	ca, err := os.ReadFile(o.AttributionWebhookCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the attribution webhook CA bundle: %w", err)
+	}
+	cc, err := admission.ClientConfig(o.AttributionWebhookURL, o.AttributionWebhookService, ca, o.ClusterName)
+	if err != nil {
+		return nil, fmt.Errorf("attribution webhook: %w", err)
+	}
+	return &controller.AttributionWebhookOptions{ClientConfig: cc, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
 }

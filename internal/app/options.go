@@ -90,6 +90,14 @@ type Options struct {
 	AttributionSource string
 	// CandidateTTL is how long admission candidates are kept in Redis.
 	CandidateTTL time.Duration
+	// AttributionWebhookURL or AttributionWebhookService (namespace/name[:port]), when one is
+	// set, make kubescribe manage the attribution ValidatingWebhookConfiguration, its rules
+	// following the watch rules in force; AttributionWebhookCAFile is then the CA bundle the
+	// apiserver verifies kubescribe's admission certificate with.
+	AttributionWebhookURL, AttributionWebhookService, AttributionWebhookCAFile string
+	// AttributionWebhookExcludeNamespaces are never sent to the webhook (with kube-system):
+	// kubescribe's own namespace.
+	AttributionWebhookExcludeNamespaces []string
 	// FactTTL is how long facts are kept in Redis.
 	FactTTL time.Duration
 	// ShutdownTimeout bounds the whole graceful shutdown.
@@ -123,6 +131,8 @@ func DefaultOptions() Options {
 		AttributionGrace:  attribution.DefaultGrace,
 		AttributionSource: string(attribution.SourceAudit),
 		CandidateTTL:      attribution.DefaultCandidateTTL,
+
+		AttributionWebhookExcludeNamespaces: []string{"kubescribe"},
 		DiscoveryRefresh:  watch.DefaultDiscoveryRefresh,
 		FactTTL:           attribution.DefaultFactTTL,
 		ShutdownTimeout:   30 * time.Second,
@@ -195,6 +205,16 @@ func (o *Options) Validate() error {
 		bad("CandidateTTL", "must be positive, got %s", o.CandidateTTL)
 	} else if o.CandidateTTL < o.AttributionGrace {
 		bad("CandidateTTL", "(%s) must be longer than AttributionGrace (%s)", o.CandidateTTL, o.AttributionGrace)
+	}
+	if o.AttributionWebhookURL != "" || o.AttributionWebhookService != "" {
+		switch {
+		case o.AttributionWebhookURL != "" && o.AttributionWebhookService != "":
+			bad("AttributionWebhookURL/AttributionWebhookService", "are exclusive: the apiserver reaches kubescribe one way")
+		case o.AttributionWebhookCAFile == "":
+			bad("AttributionWebhookCAFile", "is required to manage the attribution webhook: the apiserver must verify kubescribe's certificate")
+		case o.AdmissionListenAddress == "":
+			bad("AttributionWebhookURL/AttributionWebhookService", "need the admission listener (AdmissionListenAddress)")
+		}
 	}
 	if o.ControllerWorkers <= 0 {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)

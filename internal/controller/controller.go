@@ -71,6 +71,9 @@ type Options struct {
 	CommitRequestTTL time.Duration
 	// Registerer, when set, receives the controller's metrics.
 	Registerer prometheus.Registerer
+	// AttributionWebhook, when set, makes the controller manage the attribution webhook
+	// configuration (attributionwebhook.go).
+	AttributionWebhook *AttributionWebhookOptions
 }
 
 type kind string
@@ -197,6 +200,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	go func() { defer wg.Done(); c.followRouter(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); c.followSources(ctx) }()
+	if c.opts.AttributionWebhook != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.attributionWebhook().run(ctx) }()
+	}
 	for range workers {
 		wg.Add(1)
 		go func() {

@@ -84,6 +84,10 @@ type Stack struct {
 	// AttributionSource is kubescribe's --attribution-source from its next start on; "" is
 	// the default.
 	AttributionSource string
+	// ManageAttributionWebhook makes kubescribe, from its next start on, manage the
+	// attribution webhook configuration, reached at its admission address (known once it ran
+	// once) with the control plane's CA.
+	ManageAttributionWebhook bool
 }
 
 // Start starts the stack and waits until kubescribe is ready.
@@ -149,6 +153,10 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	}
 	if s.AttributionSource != "" {
 		o.AttributionSource = s.AttributionSource
+	}
+	if s.ManageAttributionWebhook && s.admissionAddr != "127.0.0.1:0" {
+		o.AttributionWebhookURL = "https://" + s.admissionAddr
+		o.AttributionWebhookCAFile = cp.Audit.ClientCAFile // the control plane's CA
 	}
 	o.Logger = slog.New(slog.NewJSONHandler(s.logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if s.app, err = app.New(o); err != nil {
