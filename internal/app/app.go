@@ -157,15 +157,15 @@ func New(opts Options) (_ *App, err error) {
 	}
 	a.controller, err = controller.New(controller.Options{
 		AttributionWebhook: webhook,
-		Client:           dyn,
-		Kube:             kube,
-		Sources:          a.sources,
-		Cluster:          opts.ClusterName,
-		Router:           a.router,
-		Logger:           a.log, // the controller tags its own and its workers' loggers
-		Registerer:       opts.Registry,
-		Verdicts:         verdicts,
-		CommitRequestTTL: opts.CommitRequestTTL,
+		Client:             dyn,
+		Kube:               kube,
+		Sources:            a.sources,
+		Cluster:            opts.ClusterName,
+		Router:             a.router,
+		Logger:             a.log, // the controller tags its own and its workers' loggers
+		Registerer:         opts.Registry,
+		Verdicts:           verdicts,
+		CommitRequestTTL:   opts.CommitRequestTTL,
 	})
 	if err != nil {
 		return nil, err

@@ -133,10 +133,10 @@ func DefaultOptions() Options {
 		CandidateTTL:      attribution.DefaultCandidateTTL,
 
 		AttributionWebhookExcludeNamespaces: []string{"kubescribe"},
-		DiscoveryRefresh:  watch.DefaultDiscoveryRefresh,
-		FactTTL:           attribution.DefaultFactTTL,
-		ShutdownTimeout:   30 * time.Second,
-		ControllerWorkers: 2,
+		DiscoveryRefresh:                    watch.DefaultDiscoveryRefresh,
+		FactTTL:                             attribution.DefaultFactTTL,
+		ShutdownTimeout:                     30 * time.Second,
+		ControllerWorkers:                   2,
 	}
 }
 
