@@ -180,6 +180,7 @@ func TestAdmissionAttribution(t *testing.T) {
 	t.Run("Writers", m.testWriters)
 	t.Run("RefusedWritesAreNeverCredited", m.testRefusedWrites)
 	t.Run("TwoUsersSameWriteIsUnresolved", m.testAmbiguous)
+	t.Run("RedisDownStillAllows", m.testRedisDown)
 	t.Run("ManagedWebhookConfiguration", m.testManagedWebhook)
 	t.Run("WriteLatency", m.testWriteLatency)
 }
@@ -442,6 +443,26 @@ func (m *managed) testWhatTheWebhookSees(t *testing.T) {
 	d := find("CREATE", "", "dry")
 	require.NotNil(t, d)
 	require.True(t, d.DryRun)
+}
+
+// With Redis down the webhook still allows every write at once; the lost candidate is counted
+// and that change is unresolved, never guessed. Once Redis is back, authors are named again.
+func (m *managed) testRedisDown(t *testing.T) {
+	ctx := context.Background()
+	mi := m.mirrorOn(t, "adm-redis")
+	alice := m.client(t, "alice")
+	before := stackMetric(t, m.s, `kubescribe_admission_candidates_total{result="dropped_store"}`)
+	require.NoError(t, m.s.StopRedis())
+	_, err := alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "during"}}, metav1.CreateOptions{})
+	require.NoError(t, err, "the write goes through while kubescribe cannot record its candidate")
+	require.True(t, poll(30*time.Second, func() bool {
+		return stackMetric(t, m.s, `kubescribe_admission_candidates_total{result="dropped_store"}`) > before
+	}), "the lost candidate is counted")
+	require.NoError(t, m.s.StartRedis())
+	require.Equal(t, []string{"unknown (attribution unresolved)|create configmaps adm-redis/during"}, waitSubjects(t, mi, 1))
+	_, err = alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "alice|create configmaps adm-redis/after", waitSubjects(t, mi, 2)[1])
 }
 
 // kubescribe manages the webhook configuration when told how the apiserver reaches it: its rules
