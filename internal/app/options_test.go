@@ -49,7 +49,9 @@ func TestValidate(t *testing.T) {
 		{name: "unknown source", mutate: func(o *Options) { o.AttributionSource = "guess" }, wantErr: `attribution source "guess" is not one of audit, admission, both`},
 		{name: "admission source without the listener", mutate: func(o *Options) { o.AttributionSource, o.AdmissionListenAddress = "both", "" }, wantErr: "needs the admission listener"},
 		{name: "candidate ttl shorter than grace", mutate: func(o *Options) { o.CandidateTTL = o.AttributionGrace / 2 }, wantErr: "CandidateTTL"},
-		{name: "managed webhook", mutate: func(o *Options) { o.AttributionWebhookService, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "ca.crt" }},
+		{name: "managed webhook", mutate: func(o *Options) {
+			o.AttributionWebhookService, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "ca.crt"
+		}},
 		{name: "managed webhook two ways", mutate: func(o *Options) {
 			o.AttributionWebhookService, o.AttributionWebhookURL, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "https://h", "ca.crt"
 		}, wantErr: "are exclusive"},
