@@ -33,6 +33,11 @@ type Destination struct {
 	Branch string
 	// Path is the target's folder; "" is the repository root.
 	Path string
+	// Stream names this destination as the watch side does (watch.StreamSpec.Destination).
+	// A change that carries another destination was observed for a destination the target
+	// has left: it is dropped, and a push never advances the resume cursors of a destination
+	// other than the one the target is routed to. Empty: changes are not checked.
+	Stream string
 }
 
 // TargetStatus is what the router knows of one target's writes.
@@ -50,6 +55,11 @@ type TargetStatus struct {
 	// targets on its branch.
 	LastError error
 	Pending   int
+	// Unpushed counts the target's changes for its current destination (Destination.Stream)
+	// that were handed to its worker and are neither pushed nor settled yet. With nothing in
+	// flight before the router either, zero means everything observed for the destination so
+	// far is on the remote: a retarget waits for it.
+	Unpushed int
 }
 
 // cursorAdvancer records pushed changes as the streams' resume points; watch.CursorStore
@@ -91,6 +101,13 @@ type runningWorker struct {
 type route struct {
 	worker *runningWorker
 	path   string
+	stream string
+}
+
+// streamCount is what the router counted of one target's changes for its current destination.
+type streamCount struct {
+	stream          string
+	submitted, done int
 }
 
 type pushRecord struct {
@@ -113,6 +130,10 @@ type Router struct {
 	routes  map[types.NamespacedName]route
 	workers map[workerKey]*runningWorker
 	pushes  map[types.NamespacedName]pushRecord
+	// counts holds, per target, the changes submitted and done for its current destination;
+	// guarded by countMu, which is taken after mu when both are held.
+	countMu sync.Mutex
+	counts  map[types.NamespacedName]streamCount
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
 
@@ -135,6 +156,7 @@ func NewRouter(opts RouterOptions) *Router {
 		routes:  map[types.NamespacedName]route{},
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
+		counts:  map[types.NamespacedName]streamCount{},
 		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
 		signal:  make(chan struct{}, 1),
@@ -179,7 +201,7 @@ func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 		r.setRouteLocked(target, nil)
 		return err
 	}
-	r.setRouteLocked(target, &route{worker: w, path: dest.Path})
+	r.setRouteLocked(target, &route{worker: w, path: dest.Path, stream: dest.Stream})
 	return nil
 }
 
@@ -217,6 +239,11 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 		ws := rt.worker.worker.Status()
 		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
 		st.LastError, st.Pending = ws.LastError, ws.Pending
+		r.countMu.Lock()
+		if c := r.counts[target]; c.stream == rt.stream {
+			st.Unpushed = max(0, c.submitted-c.done)
+		}
+		r.countMu.Unlock()
 	}
 	return st
 }
@@ -266,6 +293,19 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 			"resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
 	}
+	if rt.stream != "" && ac.Destination != "" && ac.Destination != rt.stream {
+		r.log.Info("change dropped: it was observed for a destination its GitTarget has left", "target", ac.Target.String(),
+			"destination", ac.Destination, "routed", rt.stream, "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
+		return
+	}
+	r.countMu.Lock()
+	c := r.counts[ac.Target]
+	if c.stream != rt.stream {
+		c = streamCount{stream: rt.stream}
+	}
+	c.submitted++
+	r.counts[ac.Target] = c
+	r.countMu.Unlock()
 	rt.worker.worker.Submit(rt.path, ac)
 }
 
@@ -342,6 +382,11 @@ func (r *Router) stopWorkerLocked(rw *runningWorker) {
 // setRouteLocked records (or with nil removes) a target's route and stops workers no route
 // uses. r.mu must be held.
 func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
+	if old, ok := r.routes[target]; ok && (rt == nil || old.stream != rt.stream) {
+		r.countMu.Lock()
+		delete(r.counts, target) // a new destination counts afresh
+		r.countMu.Unlock()
+	}
 	if rt == nil {
 		delete(r.routes, target)
 	} else {
@@ -359,18 +404,38 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 }
 
 // onPushed advances the resume cursors past the changes a push delivered, and records the last
-// commit of each target it carried.
+// commit of each target it carried. Only the changes of a target's current destination count:
+// the cursors of a destination it left (a retarget dropped them) are not written again, and
+// neither are those of a target that has no route (a deleted one).
 func (r *Router) onPushed(res PushResult) {
-	if r.opts.Cursors != nil {
-		var changes []watch.Change
-		for _, ci := range res.Commits {
-			for _, c := range ci.Changes {
-				changes = append(changes, c.Change)
-			}
+	var all []watch.Change
+	for _, ci := range res.Commits {
+		for _, c := range ci.Changes {
+			all = append(all, c.Change)
 		}
-		for _, c := range res.Settled {
-			changes = append(changes, c.Change)
+	}
+	for _, c := range res.Settled {
+		all = append(all, c.Change)
+	}
+	changes := make([]watch.Change, 0, len(all))
+	counted := map[types.NamespacedName]bool{}
+	r.mu.RLock()
+	r.countMu.Lock()
+	for _, c := range all {
+		rt, ok := r.routes[c.Target]
+		if !ok || (rt.stream != "" && c.Destination != "" && c.Destination != rt.stream) {
+			continue
 		}
+		changes = append(changes, c)
+		if n, ok := r.counts[c.Target]; ok && n.stream == rt.stream {
+			n.done++
+			r.counts[c.Target] = n
+			counted[c.Target] = true
+		}
+	}
+	r.countMu.Unlock()
+	r.mu.RUnlock()
+	if r.opts.Cursors != nil && len(changes) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
 		if err := r.opts.Cursors.Advance(ctx, changes); err != nil {
 			r.log.Warn("cannot advance the resume cursors; a restart replays these changes", "changes", len(changes), "err", err)
@@ -378,7 +443,10 @@ func (r *Router) onPushed(res PushResult) {
 		cancel()
 	}
 	now := time.Now()
-	targets := make([]types.NamespacedName, 0, len(res.Commits))
+	targets := make([]types.NamespacedName, 0, len(res.Commits)+len(counted))
+	for t := range counted {
+		targets = append(targets, t) // a settled change may be what a retarget waits for
+	}
 	r.mu.Lock()
 	for _, ci := range res.Commits {
 		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now}
