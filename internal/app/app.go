@@ -153,6 +153,8 @@ func New(opts Options) (_ *App, err error) {
 		Registerer:       opts.Registry,
 		Verdicts:         verdicts,
 		CommitRequestTTL: opts.CommitRequestTTL,
+		Cursors:          cursors,
+		InFlight:         a.joiner.InFlight,
 	})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,7 +26,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
@@ -71,6 +74,19 @@ type Options struct {
 	CommitRequestTTL time.Duration
 	// Registerer, when set, receives the controller's metrics.
 	Registerer prometheus.Registerer
+	// Cursors, when set, removes resume cursors: those of the destination a GitTarget leaves
+	// (retarget) and those of a deleted GitTarget. watch.CursorStore implements it.
+	Cursors CursorDropper
+	// InFlight, when set, counts a GitTarget's changes between the watch and the git router
+	// (in the attribution join); a retarget is done only once none of its snapshot is left
+	// there. attribution.Joiner.InFlight implements it.
+	InFlight func(types.NamespacedName) int
+}
+
+// CursorDropper removes resume cursors.
+type CursorDropper interface {
+	DropDestination(ctx context.Context, cluster string, target types.NamespacedName, destination string) (int, error)
+	DropTarget(ctx context.Context, target types.NamespacedName) (int, error)
 }
 
 type kind string
@@ -106,6 +122,14 @@ type Controller struct {
 	providers map[types.NamespacedName]*git.Remote // last settings that passed a check
 	// providerReady holds the providers whose latest check passed.
 	providerReady map[types.NamespacedName]bool
+	// evaluated holds, per rule owner, the destination stream of its GitTarget when the rule
+	// was last evaluated ("" when the target had no route): a retarget waits until every rule
+	// of the target has subscribed to the new destination.
+	evaluated map[string]string
+
+	// events records Kubernetes Events about kubescribe objects (Retargeted).
+	broadcaster record.EventBroadcaster
+	events      record.EventRecorder
 }
 
 // New returns a Controller.
@@ -131,7 +155,14 @@ func New(opts Options) (*Controller, error) {
 		log:           opts.Logger,
 		providers:     map[types.NamespacedName]*git.Remote{},
 		providerReady: map[types.NamespacedName]bool{},
+		evaluated:     map[string]string{},
 	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("controller: building the event scheme: %w", err)
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.events = c.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubescribe"})
 	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
 	// is retried patiently without starving the others.
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -181,6 +212,8 @@ func New(opts Options) (*Controller, error) {
 // until the source registry stops, so a shutdown can finish in-flight changes.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.opts.Kube.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
 
 	c.factory.Start(ctx.Done())
 	for k, inf := range c.informers {

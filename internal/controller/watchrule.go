@@ -50,6 +50,9 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 }
 
 func (c *Controller) removeOwner(owner string) {
+	c.mu.Lock()
+	delete(c.evaluated, owner)
+	c.mu.Unlock()
 	if source := c.opts.Sources.Cluster(c.opts.Cluster); source != nil {
 		source.Remove(owner)
 	}
@@ -95,6 +98,14 @@ func (o ruleOutcome) apply(conds *[]metav1.Condition, generation int64) {
 
 // evaluate starts or stops the streams req asks for and says how the rule stands.
 func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
+	// The streams follow the target's route, not its spec: during a retarget the rule
+	// subscribes to the new destination only once the target was routed there.
+	route, routed := c.opts.Router.RouteOf(req.target)
+	defer func() {
+		c.mu.Lock()
+		c.evaluated[req.owner] = route.Stream
+		c.mu.Unlock()
+	}()
 	source := c.opts.Sources.Cluster(c.opts.Cluster)
 	// stop ends the rule's streams: it mirrors nothing while it is not Ready for this reason.
 	stop := func(reason, msg string, recheck time.Duration) ruleOutcome {
@@ -113,7 +124,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	if exists, err := c.get(kindTarget, req.target, &t); err != nil || !exists {
 		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", req.target.Name, req.target.Namespace), 0)
 	}
-	if !c.opts.Router.Routed(req.target) {
+	if !routed {
 		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", req.target.Name), 0)
 	}
 
@@ -151,7 +162,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		}
 		for _, ns := range scopes {
 			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
-				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: destination(&t)})
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: route.Stream})
 		}
 		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
@@ -272,8 +283,9 @@ func watchOps(ops []v1alpha1.Operation) []watch.Op {
 	return out
 }
 
-// destination names where a GitTarget writes, for its streams' identity and resume cursors:
-// "<branch>:<folder>" (a Git branch name cannot hold ':').
-func destination(t *v1alpha1.GitTarget) string {
-	return t.Spec.Branch + ":" + cleanPath(t.Spec.Path)
+// streamOf names where a GitTarget writes, for its streams' identity and resume cursors:
+// "<branch>:<folder>" (a Git branch name cannot hold ':'). The source cluster is not part of
+// it: a cursor's key names its cluster already.
+func streamOf(d v1alpha1.Destination) string {
+	return d.Branch + ":" + cleanPath(d.Path)
 }

@@ -477,6 +477,8 @@ type RouteInfo struct {
 	Remote Remote
 	Branch string
 	Path   string
+	// Stream is the destination's name on the watch side (Destination.Stream).
+	Stream string
 	// Worker is the branch worker the target's changes go to.
 	Worker *Worker
 }
@@ -489,7 +491,7 @@ func (r *Router) RouteOf(target types.NamespacedName) (RouteInfo, bool) {
 	if !ok {
 		return RouteInfo{}, false
 	}
-	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Worker: rt.worker.worker}, true
+	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Stream: rt.stream, Worker: rt.worker.worker}, true
 }
 
 // WorkerCount is the number of running branch workers.
