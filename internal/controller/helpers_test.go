@@ -114,6 +114,32 @@ func (j *joinRecorder) recorded() []watch.Change {
 	return append([]watch.Change(nil), j.changes...)
 }
 
+// fakeDropper stands in for the cursor store: it records which cursors the controller drops.
+type fakeDropper struct {
+	mu      sync.Mutex
+	dropped []string // "<cluster> <target> <destination>", or "<target>" for a whole target
+}
+
+func (d *fakeDropper) DropDestination(_ context.Context, cluster string, target types.NamespacedName, destination string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dropped = append(d.dropped, cluster+" "+target.String()+" "+destination)
+	return 1, nil
+}
+
+func (d *fakeDropper) DropTarget(_ context.Context, target types.NamespacedName) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dropped = append(d.dropped, target.String())
+	return 1, nil
+}
+
+func (d *fakeDropper) recorded() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dropped...)
+}
+
 func attributed(ch watch.Change) attribution.AttributedChange {
 	return attribution.AttributedChange{
 		Change: ch,
@@ -340,6 +366,7 @@ type fixture struct {
 	disc    *fakediscovery.FakeDiscovery
 	probe   *fakeProbe
 	joined  *joinRecorder
+	drops   *fakeDropper
 	logs    *lockedBuffer
 	router  *git.Router
 	sources *watch.Registry
@@ -392,6 +419,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		disc:    fd,
 		probe:   &fakeProbe{},
 		joined:  &joinRecorder{},
+		drops:   &fakeDropper{},
 		logs:    &lockedBuffer{},
 		repoDir: repoDir,
 	}
@@ -416,6 +444,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		Router:      f.router,
 		ProbeRemote: f.probe.probe,
 		Logger:      log,
+		Cursors:     f.drops,
 	})
 	require.NoError(t, err)
 	f.c = c

@@ -298,14 +298,16 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 			"destination", ac.Destination, "routed", rt.stream, "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
 	}
-	r.countMu.Lock()
-	c := r.counts[ac.Target]
-	if c.stream != rt.stream {
-		c = streamCount{stream: rt.stream}
+	if ac.Op != watch.OpSweep { // a sweep is reported as the deletions it implies, if any
+		r.countMu.Lock()
+		c := r.counts[ac.Target]
+		if c.stream != rt.stream {
+			c = streamCount{stream: rt.stream}
+		}
+		c.submitted++
+		r.counts[ac.Target] = c
+		r.countMu.Unlock()
 	}
-	c.submitted++
-	r.counts[ac.Target] = c
-	r.countMu.Unlock()
 	rt.worker.worker.Submit(rt.path, ac)
 }
 
@@ -427,6 +429,9 @@ func (r *Router) onPushed(res PushResult) {
 			continue
 		}
 		changes = append(changes, c)
+		if sweptFile := c.Op == watch.OpDelete && c.UID == ""; sweptFile {
+			continue // a deletion a sweep implied: the sweep was not counted
+		}
 		if n, ok := r.counts[c.Target]; ok && n.stream == rt.stream {
 			n.done++
 			r.counts[c.Target] = n
