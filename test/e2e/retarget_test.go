@@ -121,7 +121,9 @@ func TestRetargetPathAndBranch(t *testing.T) {
 	require.Contains(t, m.branchFiles(t, "main"), newFile, "the old branch keeps its files")
 	require.Contains(t, meta.FindStatusCondition(tg.Status.Conditions, v1alpha1.ConditionRetargeting).Message,
 		`moved from folder "new" of branch "main" to folder "new" of branch "release"`)
-	require.True(t, poll(30*time.Second, func() bool { return retargetedEventNaming(t, m.ns, `branch "main" to folder "new" of branch "release"`) }))
+	require.True(t, poll(30*time.Second, func() bool {
+		return retargetedEventNaming(t, m.ns, `branch "main" to folder "new" of branch "release"`)
+	}))
 	keys = cursorKeys(t, m.ns)
 	require.False(t, hasCursorAt(keys, m.ns, "main:new"), "keys: %v", keys)
 	require.False(t, hasCursorAt(keys, m.ns, "main:old"), "keys: %v", keys)
