@@ -294,6 +294,7 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 		return
 	}
 	if rt.stream != "" && ac.Destination != "" && ac.Destination != rt.stream {
+		r.opts.Metrics.changeUnrouted()
 		r.log.Info("change dropped: it was observed for a destination its GitTarget has left", "target", ac.Target.String(),
 			"destination", ac.Destination, "routed", rt.stream, "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
