@@ -44,6 +44,15 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	moving := t.Status.RetargetingTo != nil || (t.Status.ObservedDestination != nil && *t.Status.ObservedDestination != desired)
 	if moving && (t.Status.RetargetingTo == nil || *t.Status.RetargetingTo != desired) {
 		if err := c.tearDown(ctx, name, &t); err != nil {
+			// Not torn down completely: retargetingTo stays as it was, so the next sync (with
+			// backoff) starts the move again. Status says so meanwhile.
+			msg := fmt.Sprintf("retargeting to %s: %v; retrying", describeDestination(&desired), err)
+			setRetargeting(&t, metav1.ConditionTrue, v1alpha1.ReasonSnapshotPending, msg)
+			setCondition(&t.Status.Conditions, t.Generation, metav1.ConditionUnknown, v1alpha1.ReasonProgressing, "%s", msg)
+			t.Status.ObservedGeneration = t.Generation
+			if werr := c.writeStatus(ctx, v1alpha1.GitTargetsResource, &t, before, &t.Status); werr != nil {
+				c.log.Warn("cannot write the status of a GitTarget whose retarget failed", "target", name.String(), "err", werr)
+			}
 			return err
 		}
 		t.Status.RetargetingTo = &desired

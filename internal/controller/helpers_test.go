@@ -117,12 +117,22 @@ func (j *joinRecorder) recorded() []watch.Change {
 // fakeDropper stands in for the cursor store: it records which cursors the controller drops.
 type fakeDropper struct {
 	mu      sync.Mutex
+	err     error    // when set, every drop fails with it
 	dropped []string // "<cluster> <target> <destination>", or "<target>" for a whole target
+}
+
+func (d *fakeDropper) setErr(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.err = err
 }
 
 func (d *fakeDropper) DropDestination(_ context.Context, cluster string, target types.NamespacedName, destination string) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.err != nil {
+		return 0, d.err
+	}
 	d.dropped = append(d.dropped, cluster+" "+target.String()+" "+destination)
 	return 1, nil
 }
@@ -130,6 +140,9 @@ func (d *fakeDropper) DropDestination(_ context.Context, cluster string, target 
 func (d *fakeDropper) DropTarget(_ context.Context, target types.NamespacedName) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.err != nil {
+		return 0, d.err
+	}
 	d.dropped = append(d.dropped, target.String())
 	return 1, nil
 }

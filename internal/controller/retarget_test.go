@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -238,3 +239,34 @@ func TestRetargetOverlapPrecedence(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestRetargetWaitsForRedis: when the old destination's cursors cannot be dropped (Redis does
+// not answer), the move does not go on: the sync fails (and is retried with backoff), nothing
+// is written to the new destination, and status still says where the content is. Once Redis
+// answers, the move proceeds.
+func TestRetargetWaitsForRedis(t *testing.T) {
+	f := newFixture(t, fixtureConfig{objects: retargetSeed("old"), secrets: []runtime.Object{credsSecret()}})
+	f.settledAt("main", "old")
+	f.drops.setErr(errors.New("dial tcp 127.0.0.1:6379: connect: connection refused"))
+	f.moveTarget("main", "new")
+	err := f.syncTarget("web")
+	require.ErrorContains(t, err, "removing the resume cursors of folder \"old\" of branch \"main\"")
+	require.ErrorContains(t, err, "connection refused")
+	_, routed := f.route("web")
+	require.False(t, routed, "the old destination stays torn down")
+	got := f.target("web")
+	require.Equal(t, &v1alpha1.Destination{Branch: "main", Path: "old"}, got.Status.ObservedDestination)
+	require.Nil(t, got.Status.RetargetingTo)
+	rc := retargetingCondition(t, got)
+	require.Equal(t, metav1.ConditionTrue, rc.Status)
+	require.Contains(t, rc.Message, "connection refused")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionUnknown, v1alpha1.ReasonProgressing, "retrying")
+
+	f.drops.setErr(nil)
+	require.NoError(t, f.syncTarget("web"))
+	require.NoError(t, f.syncRule("cms"))
+	got = f.syncUntilRetargeted()
+	require.Equal(t, &v1alpha1.Destination{Branch: "main", Path: "new"}, got.Status.ObservedDestination)
+	require.Equal(t, []string{testCluster + " team-a/web main:old", testCluster + " team-a/web main:old"}, f.drops.recorded(),
+		"dropped when the move started, and once more when it settled")
+}
