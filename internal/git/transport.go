@@ -253,11 +253,13 @@ func compactStore(s *memory.Storage, tip plumbing.Hash) (*memory.Storage, error)
 		if err != nil {
 			return nil, fmt.Errorf("read tree %s: %w", h, err)
 		}
-		if _, err := out.SetEncodedObject(obj); err != nil {
-			return nil, err
-		}
 		raw, err := readObject(obj)
 		if err != nil {
+			return nil, err
+		}
+		// Kept as a rawObject, whose content later reads (tree, the next compaction) use
+		// without copying it.
+		if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
 			return nil, err
 		}
 		t, err := parseTree(h, raw)
