@@ -121,7 +121,8 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 			"folder %q of branch %q overlaps the folder %q of GitTarget %s, which writes to the same repository branch; give each GitTarget a folder of its own",
 			cleanPath(t.Spec.Path), t.Spec.Branch, cleanPath(other.Spec.Path), types.NamespacedName{Namespace: other.Namespace, Name: other.Name}))
 	}
-	dest := git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path, Stream: streamOf(t.Spec.Destination())}
+	dest := git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path,
+		Stream: streamOf(t.Spec.Destination()), Cluster: c.clusterOf(t.Spec.Destination())}
 	if err := c.opts.Router.Route(name, dest); err != nil {
 		return false, v1alpha1.ReasonInvalidSpec, err.Error()
 	}

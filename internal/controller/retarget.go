@@ -121,7 +121,7 @@ func setRetargeting(t *v1alpha1.GitTarget, status metav1.ConditionStatus, reason
 // and the router holds none of it unpushed.
 func (c *Controller) snapshotPending(name types.NamespacedName, d v1alpha1.Destination) string {
 	stream := streamOf(d)
-	if route, ok := c.opts.Router.RouteOf(name); !ok || route.Stream != stream {
+	if route, ok := c.opts.Router.RouteOf(name); !ok || route.Stream != stream || route.Cluster != c.clusterOf(d) {
 		return "the route to the new destination"
 	}
 	source := c.opts.Sources.Cluster(c.clusterOf(d))

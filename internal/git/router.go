@@ -38,6 +38,9 @@ type Destination struct {
 	// has left: it is dropped, and a push never advances the resume cursors of a destination
 	// other than the one the target is routed to. Empty: changes are not checked.
 	Stream string
+	// Cluster is the audit route of the source cluster the target mirrors; a change from
+	// another cluster is treated like one of another Stream. Empty: not checked.
+	Cluster string
 }
 
 // TargetStatus is what the router knows of one target's writes.
@@ -99,12 +102,24 @@ type runningWorker struct {
 }
 
 type route struct {
-	worker *runningWorker
-	path   string
-	stream string
+	worker  *runningWorker
+	path    string
+	stream  string
+	cluster string
 }
 
-// streamCount is what the router counted of one target's changes for its current destination.
+// id names the destination for the per-destination counts.
+func (rt route) id() string { return rt.cluster + " " + rt.stream }
+
+// foreign reports whether c was observed for another destination than rt's: another stream
+// or another source cluster.
+func (rt route) foreign(c watch.Change) bool {
+	return (rt.stream != "" && c.Destination != "" && c.Destination != rt.stream) ||
+		(rt.cluster != "" && c.Cluster != "" && c.Cluster != rt.cluster)
+}
+
+// streamCount is what the router counted of one target's changes for its current destination
+// (stream holds route.id()).
 type streamCount struct {
 	stream          string
 	submitted, done int
@@ -201,7 +216,7 @@ func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 		r.setRouteLocked(target, nil)
 		return err
 	}
-	r.setRouteLocked(target, &route{worker: w, path: dest.Path, stream: dest.Stream})
+	r.setRouteLocked(target, &route{worker: w, path: dest.Path, stream: dest.Stream, cluster: dest.Cluster})
 	return nil
 }
 
@@ -240,7 +255,7 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
 		st.LastError, st.Pending = ws.LastError, ws.Pending
 		r.countMu.Lock()
-		if c := r.counts[target]; c.stream == rt.stream {
+		if c := r.counts[target]; c.stream == rt.id() {
 			st.Unpushed = max(0, c.submitted-c.done)
 		}
 		r.countMu.Unlock()
@@ -293,17 +308,17 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 			"resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
 	}
-	if rt.stream != "" && ac.Destination != "" && ac.Destination != rt.stream {
+	if rt.foreign(ac.Change) {
 		r.opts.Metrics.changeUnrouted()
 		r.log.Info("change dropped: it was observed for a destination its GitTarget has left", "target", ac.Target.String(),
-			"destination", ac.Destination, "routed", rt.stream, "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
+			"cluster", ac.Cluster, "destination", ac.Destination, "routed", rt.id(), "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
 	}
 	if ac.Op != watch.OpSweep { // a sweep is reported as the deletions it implies, if any
 		r.countMu.Lock()
 		c := r.counts[ac.Target]
-		if c.stream != rt.stream {
-			c = streamCount{stream: rt.stream}
+		if c.stream != rt.id() {
+			c = streamCount{stream: rt.id()}
 		}
 		c.submitted++
 		r.counts[ac.Target] = c
@@ -385,7 +400,7 @@ func (r *Router) stopWorkerLocked(rw *runningWorker) {
 // setRouteLocked records (or with nil removes) a target's route and stops workers no route
 // uses. r.mu must be held.
 func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
-	if old, ok := r.routes[target]; ok && (rt == nil || old.stream != rt.stream) {
+	if old, ok := r.routes[target]; ok && (rt == nil || old.id() != rt.id()) {
 		r.countMu.Lock()
 		delete(r.counts, target) // a new destination counts afresh
 		r.countMu.Unlock()
@@ -426,14 +441,14 @@ func (r *Router) onPushed(res PushResult) {
 	r.countMu.Lock()
 	for _, c := range all {
 		rt, ok := r.routes[c.Target]
-		if !ok || (rt.stream != "" && c.Destination != "" && c.Destination != rt.stream) {
+		if !ok || rt.foreign(c) {
 			continue
 		}
 		changes = append(changes, c)
 		if sweptFile := c.Op == watch.OpDelete && c.UID == ""; sweptFile {
 			continue // a deletion a sweep implied: the sweep was not counted
 		}
-		if n, ok := r.counts[c.Target]; ok && n.stream == rt.stream {
+		if n, ok := r.counts[c.Target]; ok && n.stream == rt.id() {
 			n.done++
 			r.counts[c.Target] = n
 			counted[c.Target] = true
@@ -483,8 +498,9 @@ type RouteInfo struct {
 	Remote Remote
 	Branch string
 	Path   string
-	// Stream is the destination's name on the watch side (Destination.Stream).
-	Stream string
+	// Stream is the destination's name on the watch side (Destination.Stream), and Cluster
+	// its source cluster (Destination.Cluster).
+	Stream, Cluster string
 	// Worker is the branch worker the target's changes go to.
 	Worker *Worker
 }
@@ -497,7 +513,7 @@ func (r *Router) RouteOf(target types.NamespacedName) (RouteInfo, bool) {
 	if !ok {
 		return RouteInfo{}, false
 	}
-	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Stream: rt.stream, Worker: rt.worker.worker}, true
+	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Stream: rt.stream, Cluster: rt.cluster, Worker: rt.worker.worker}, true
 }
 
 // WorkerCount is the number of running branch workers.

@@ -176,11 +176,15 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	// The target moves before the change is pushed: it still lands in the old folder (it was
 	// handed over for it), but the old destination's cursor is not advanced, and the new
 	// destination counts afresh.
-	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "new", Stream: "main:new"}))
+	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "new", Stream: "main:new", Cluster: "prod"}))
 	require.Zero(t, r.TargetStatus(tenants).Unpushed)
 	late := cmChange(watch.OpUpdate, "shop", "settings", "v2")
 	late.Destination = "main:old"
 	r.Deliver(by("alice", "a2", late)) // observed for the old destination: dropped
+	require.Zero(t, r.TargetStatus(tenants).Unpushed)
+	elsewhere := cmChange(watch.OpUpdate, "shop", "settings", "v3")
+	elsewhere.Destination, elsewhere.Cluster = "main:new", "edge"
+	r.Deliver(by("alice", "a2", elsewhere)) // observed in another source cluster: dropped
 	require.Zero(t, r.TargetStatus(tenants).Unpushed)
 	moved := cmChange(watch.OpCreate, "shop", "settings", "v1")
 	moved.Destination = "main:new"
