@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -87,9 +89,17 @@ func TestRetargetPathAndBranch(t *testing.T) {
 	require.Equal(t, &v1alpha1.Destination{Branch: "main", Path: "old"}, getTarget(t, m.ns).Status.ObservedDestination)
 
 	targets := dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns)
+	seen := watchTargetStatus(t, m.ns)
 	_, err = targets.Patch(ctx, "target", types.MergePatchType, []byte(`{"spec":{"path":"new"}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	tg := waitRetargeted(t, m.ns, v1alpha1.Destination{Branch: "main", Path: "new"})
+	// While the move was in progress, status said so and still named the old folder.
+	require.True(t, slices.ContainsFunc(seen(), func(st v1alpha1.GitTargetStatus) bool {
+		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRetargeting)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonSnapshotPending &&
+			st.RetargetingTo != nil && *st.RetargetingTo == v1alpha1.Destination{Branch: "main", Path: "new"} &&
+			st.ObservedDestination != nil && *st.ObservedDestination == v1alpha1.Destination{Branch: "main", Path: "old"}
+	}), "no status showed the move in progress: %+v", seen())
 	newFile := "new/" + m.ns + "/core/configmaps/a.yaml"
 	files := m.files(t)
 	require.Contains(t, files, newFile, "observedDestination moves only once the snapshot is pushed")
@@ -153,4 +163,44 @@ func retargetedEventNaming(t *testing.T, ns, want string) bool {
 		}
 	}
 	return false
+}
+
+// watchTargetStatus watches GitTarget "target" of ns from now on; the function it returns lists
+// every status the watch delivered so far.
+func watchTargetStatus(t *testing.T, ns string) func() []v1alpha1.GitTargetStatus {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(ns).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=target", ResourceVersion: getTargetRV(t, ns)})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var seen []v1alpha1.GitTargetStatus
+	go func() {
+		for ev := range w.ResultChan() {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			var tg v1alpha1.GitTarget
+			if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &tg) == nil {
+				mu.Lock()
+				seen = append(seen, tg.Status)
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return func() []v1alpha1.GitTargetStatus {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+func getTargetRV(t *testing.T, ns string) string {
+	t.Helper()
+	u, err := dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(ns).Get(context.Background(), "target", metav1.GetOptions{})
+	require.NoError(t, err)
+	return u.GetResourceVersion()
 }
