@@ -15,6 +15,13 @@ const (
 	// the remote cluster's apiserver answered discovery with the kubeconfig's identity, False
 	// when it did not (reason Unreachable, Unauthorized or Forbidden).
 	ConditionSourceClusterReachable string = "SourceClusterReachable"
+
+	// ConditionRetargeting is set on a GitTarget whose destination (branch, path or
+	// sourceCluster) changed: True while the move is in progress (spec differs from
+	// status.observedDestination, or the snapshot into the new destination is not pushed yet),
+	// False once it is done. The False condition's message names the old destination, whose
+	// folder is left in place, until the next retarget.
+	ConditionRetargeting string = "Retargeting"
 )
 
 // Reasons of the SourceClusterReachable condition.
@@ -33,6 +40,17 @@ const (
 	// ReasonForbidden: the remote apiserver authenticated the identity but refused it
 	// discovery (HTTP 403).
 	ReasonForbidden string = "Forbidden"
+)
+
+// Reasons of the Retargeting condition, and of the Retargeted event.
+const (
+	// ReasonSnapshotPending: the old destination was torn down (streams stopped, resume
+	// cursors dropped); the new one is being validated, or its snapshot is not pushed yet.
+	ReasonSnapshotPending string = "SnapshotPending"
+
+	// ReasonRetargeted: the snapshot into the new destination is pushed and
+	// status.observedDestination names it. Also the reason of the Normal event recorded then.
+	ReasonRetargeted string = "Retargeted"
 )
 
 // Reasons of the ResourcesResolved condition.

@@ -230,7 +230,15 @@ func TestCRDImmutableProviderRef(t *testing.T) {
 	ref := schemaAt(t, loadCRD(t, "gittargets"), "spec", "providerRef")
 	require.Len(t, ref.XValidations, 1)
 	require.Equal(t, "self == oldSelf", ref.XValidations[0].Rule)
-	require.Equal(t, "providerRef is immutable", ref.XValidations[0].Message)
+	require.Contains(t, ref.XValidations[0].Message, "providerRef is immutable")
+	require.Contains(t, ref.XValidations[0].Message, "create a new GitTarget", "the message points at the supported move")
+	for _, field := range []string{"branch", "path", "sourceCluster"} {
+		for _, v := range schemaAt(t, loadCRD(t, "gittargets"), "spec", field).XValidations {
+			require.NotContains(t, v.Rule, "oldSelf", "spec.%s is mutable: changing it retargets the GitTarget", field)
+		}
+	}
+	status := schemaAt(t, loadCRD(t, "gittargets"), "status")
+	require.Contains(t, status.Properties, "retargetingTo")
 }
 
 func TestCRDOperationEnum(t *testing.T) {

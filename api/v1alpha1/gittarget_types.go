@@ -12,9 +12,10 @@ var DefaultKubeConfigKeys = []string{"value", "value.yaml"}
 // GitTargetSpec describes where in a GitProvider's repository objects are written.
 type GitTargetSpec struct {
 	// ProviderRef names the GitProvider, in the same namespace, whose repository this target
-	// writes to. Immutable: to move a target to another repository, create a new GitTarget.
+	// writes to. Immutable: to move a target to another repository, create a new GitTarget (its
+	// branch, path and sourceCluster can be changed in place, which retargets it).
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="providerRef is immutable"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="providerRef is immutable: to write to another GitProvider's repository, create a new GitTarget (branch, path and sourceCluster can be changed in place)"
 	ProviderRef LocalObjectReference `json:"providerRef"`
 
 	// Branch of the repository that commits are pushed to, without the "refs/heads/" prefix. It
@@ -102,10 +103,17 @@ type GitTargetStatus struct {
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
 
-	// ObservedDestination is the destination the controller has materialized. While it differs
-	// from the spec's branch, path and sourceCluster, the target is being retargeted.
+	// ObservedDestination is the destination the controller has materialized: where the
+	// target's content really is. While it differs from the spec's branch, path and
+	// sourceCluster, the target is being retargeted (condition Retargeting=True); it is set to
+	// the new destination only once the snapshot into it is pushed.
 	// +optional
 	ObservedDestination *Destination `json:"observedDestination,omitempty"`
+
+	// RetargetingTo is the destination a retarget in progress is moving to; absent when no
+	// retarget is in progress. A spec change during a move restarts the move, and this follows.
+	// +optional
+	RetargetingTo *Destination `json:"retargetingTo,omitempty"`
 
 	// LastCommit is the SHA of the last commit pushed for this target.
 	// +optional

@@ -469,6 +469,11 @@ func (in *GitTargetStatus) DeepCopyInto(out *GitTargetStatus) {
 		*out = new(Destination)
 		**out = **in
 	}
+	if in.RetargetingTo != nil {
+		in, out := &in.RetargetingTo, &out.RetargetingTo
+		*out = new(Destination)
+		**out = **in
+	}
 	if in.LastPushTime != nil {
 		in, out := &in.LastPushTime, &out.LastPushTime
 		*out = (*in).DeepCopy()

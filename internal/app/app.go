@@ -175,6 +175,8 @@ func New(opts Options) (_ *App, err error) {
 		Metadata:                      meta,
 		AllowRemoteKubeconfigExec:     opts.AllowRemoteKubeconfigExec,
 		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
+		Cursors:                       cursors,
+		InFlight:                      a.joiner.InFlight,
 	})
 	if err != nil {
 		return nil, err

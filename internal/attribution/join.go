@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -64,7 +66,10 @@ type Joiner struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // "<route>/<uid>" -> wake-up channels
 	tails   map[string]chan struct{}              // object path -> closed once its newest change is emitted
-	wg      sync.WaitGroup
+	// inFlight counts, per GitTarget, the changes passed to Join and not emitted (or dropped)
+	// yet.
+	inFlight map[types.NamespacedName]int
+	wg       sync.WaitGroup
 
 	// listed queues listed changes for the goroutine resolving them (listing tells it runs).
 	listMu  sync.Mutex
@@ -105,6 +110,7 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		excluded:   opts.Excluded,
 		waiters:    map[string]map[chan struct{}]struct{}{},
 		tails:      map[string]chan struct{}{},
+		inFlight:   map[types.NamespacedName]int{},
 	}, nil
 }
 
@@ -142,6 +148,7 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 	j.mu.Lock()
 	prev := j.tails[seq]
 	j.tails[seq] = done
+	j.inFlight[c.Target]++
 	j.mu.Unlock()
 	if j.metrics != nil {
 		j.metrics.pending.Inc()
@@ -224,10 +231,23 @@ func (j *Joiner) deliver(it joinItem) {
 	if j.tails[it.seq] == it.done {
 		delete(j.tails, it.seq)
 	}
+	if j.inFlight[c.Target]--; j.inFlight[c.Target] <= 0 {
+		delete(j.inFlight, c.Target)
+	}
 	j.mu.Unlock()
 	if j.metrics != nil {
 		j.metrics.pending.Dec()
 	}
+}
+
+// InFlight is the number of target's changes passed to Join that are not emitted yet (a sweep
+// is emitted at once and never counts). Once it is zero, every change the watch emitted for
+// the target before has reached emit: a retarget uses it to tell that its snapshot left the
+// join.
+func (j *Joiner) InFlight(target types.NamespacedName) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.inFlight[target]
 }
 
 // Wait blocks until every change passed to Join has been emitted or ctx ends. Joins end by

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/watch"
@@ -298,4 +299,31 @@ func TestJoinListedChangesDuringAnOutage(t *testing.T) {
 	facts.mu.Lock()
 	defer facts.mu.Unlock()
 	require.Equal(t, 1, facts.calls, "after a failed lookup the rest of the list is not looked up")
+}
+
+// TestJoinInFlightPerTarget: a change counts for its target from Join until it is emitted (or
+// dropped as excluded); a sweep never counts; other targets are not affected.
+func TestJoinInFlightPerTarget(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, time.Hour)
+	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
+	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
+	waiting := change("u1", "11", watch.OpUpdate)
+	waiting.Target = web
+	j.Join(waiting, func(c AttributedChange) { out <- c })
+	require.Equal(t, 1, j.InFlight(web))
+	require.Equal(t, 0, j.InFlight(db))
+	j.Join(watch.Change{Target: web, Op: watch.OpSweep}, func(c AttributedChange) { out <- c })
+	require.Equal(t, watch.OpSweep, (<-out).Op)
+	require.Equal(t, 1, j.InFlight(web), "a sweep passes at once and is never in flight")
+
+	excluded := change("u2", "5", watch.OpUpdate)
+	excluded.Target, excluded.ExcludeUsers = web, []string{"bot"}
+	facts.add(audit.Fact{Route: "local", UID: "u2", ResourceVersion: "5", User: audit.Identity{Username: "bot"}}, false)
+	j.Join(excluded, func(c AttributedChange) { out <- c })
+	require.Eventually(t, func() bool { return j.InFlight(web) == 1 }, 5*time.Second, time.Millisecond, "the excluded change left the join")
+
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "11", User: audit.Identity{Username: "bob"}}, false)
+	require.Equal(t, "u1", (<-out).UID)
+	require.Eventually(t, func() bool { return j.InFlight(web) == 0 }, 5*time.Second, time.Millisecond)
 }

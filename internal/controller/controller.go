@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,7 +27,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
@@ -87,6 +90,19 @@ type Options struct {
 	// AttributionWebhook, when set, makes the controller manage the attribution webhook
 	// configuration (attributionwebhook.go).
 	AttributionWebhook *AttributionWebhookOptions
+	// Cursors, when set, removes resume cursors: those of the destination a GitTarget leaves
+	// (retarget) and those of a deleted GitTarget. watch.CursorStore implements it.
+	Cursors CursorDropper
+	// InFlight, when set, counts a GitTarget's changes between the watch and the git router
+	// (in the attribution join); a retarget is done only once none of its snapshot is left
+	// there. attribution.Joiner.InFlight implements it.
+	InFlight func(types.NamespacedName) int
+}
+
+// CursorDropper removes resume cursors.
+type CursorDropper interface {
+	DropDestination(ctx context.Context, cluster string, target types.NamespacedName, destination string) (int, error)
+	DropTarget(ctx context.Context, target types.NamespacedName) (int, error)
 }
 
 type kind string
@@ -128,6 +144,15 @@ type Controller struct {
 	sources      sourceState
 	secrets      cache.SharedIndexInformer
 	sourceBuilds *prometheus.CounterVec
+
+	// evaluated holds, per rule owner, the destination stream of its GitTarget when the rule
+	// was last evaluated ("" when the target had no route): a retarget waits until every rule
+	// of the target has subscribed to the new destination.
+	evaluated map[string]string
+
+	// events records Kubernetes Events about kubescribe objects (Retargeted).
+	broadcaster record.EventBroadcaster
+	events      record.EventRecorder
 }
 
 // New returns a Controller.
@@ -157,7 +182,14 @@ func New(opts Options) (*Controller, error) {
 		providers:     map[types.NamespacedName]*git.Remote{},
 		providerReady: map[types.NamespacedName]bool{},
 		sources:       sourceState{entries: map[string]*sourceEntry{}},
+		evaluated:     map[string]string{},
 	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("controller: building the event scheme: %w", err)
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.events = c.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubescribe"})
 	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
 	// is retried patiently without starving the others.
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -218,6 +250,8 @@ func New(opts Options) (*Controller, error) {
 // until the source registry stops, so a shutdown can finish in-flight changes.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.opts.Kube.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
 
 	c.factory.Start(ctx.Done())
 	if c.secrets != nil {

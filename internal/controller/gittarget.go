@@ -16,7 +16,8 @@ import (
 	"github.com/kubescribe/kubescribe/internal/git"
 )
 
-// syncTarget routes a GitTarget's changes to the worker of its provider's branch.
+// syncTarget routes a GitTarget's changes to the worker of its provider's branch, and moves it
+// when its destination (branch, path, sourceCluster) changed: see retarget.
 func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) error {
 	var t v1alpha1.GitTarget
 	exists, err := c.get(kindTarget, name, &t)
@@ -29,16 +30,38 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)
 		c.releaseSource(name, "")
+		if c.opts.Cursors != nil {
+			n, err := c.opts.Cursors.DropTarget(ctx, name)
+			if err != nil {
+				return fmt.Errorf("removing the resume cursors of deleted GitTarget %s: %w", name, err)
+			}
+			c.log.Debug("removed the resume cursors of a deleted GitTarget", "target", name.String(), "cursors", n)
+		}
 		c.enqueueAllTargets() // one refused for overlapping this one may write now
 		return nil
 	}
 	before := t.Status.DeepCopy()
+	desired := t.Spec.Destination()
+	moving := t.Status.RetargetingTo != nil || (t.Status.ObservedDestination != nil && *t.Status.ObservedDestination != desired)
+	if moving && (t.Status.RetargetingTo == nil || *t.Status.RetargetingTo != desired) {
+		if err := c.tearDown(ctx, name, &t); err != nil {
+			// Not torn down completely: retargetingTo stays as it was, so the next sync (with
+			// backoff) starts the move again. Status says so meanwhile.
+			msg := fmt.Sprintf("retargeting to %s: %v; retrying", describeDestination(&desired), err)
+			setRetargeting(&t, metav1.ConditionTrue, v1alpha1.ReasonSnapshotPending, msg)
+			setCondition(&t.Status.Conditions, t.Generation, metav1.ConditionUnknown, v1alpha1.ReasonProgressing, "%s", msg)
+			t.Status.ObservedGeneration = t.Generation
+			if werr := c.writeStatus(ctx, v1alpha1.GitTargetsResource, &t, before, &t.Status); werr != nil {
+				c.log.Warn("cannot write the status of a GitTarget whose retarget failed", "target", name.String(), "err", werr)
+			}
+			return err
+		}
+		t.Status.RetargetingTo = &desired
+	}
 	ready, reason, msg := c.routeTarget(name, &t)
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
 	if ready {
-		dest := t.Spec.Destination() // with spec.sourceCluster's route
-		t.Status.ObservedDestination = &dest
 		if st.LastError != nil {
 			ready, reason = false, v1alpha1.ReasonPushFailed
 			msg = fmt.Sprintf("pushing to %s branch %q failed (%d changes pending, retrying): %v", st.URL, st.Branch, st.Pending, st.LastError)
@@ -52,14 +75,24 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		pt := metav1.NewTime(st.LastPush.Truncate(time.Second))
 		t.Status.LastPushTime = &pt
 	}
-	setReady(&t.Status.Conditions, t.Generation, ready, reason, "%s", msg)
+	status := conditionStatus(ready)
+	recheck := targetRecheck
+	switch {
+	case moving:
+		status, reason, msg = c.retargetProgress(ctx, name, &t, ready, reason, msg)
+		if status != metav1.ConditionTrue {
+			recheck = progressRecheck
+		}
+	case ready:
+		t.Status.ObservedDestination = &desired
+	}
+	if status == metav1.ConditionFalse {
+		recheck = notReadyRecheck
+	}
+	setCondition(&t.Status.Conditions, t.Generation, status, reason, "%s", msg)
 	t.Status.ObservedGeneration = t.Generation
 	if err := c.writeStatus(ctx, v1alpha1.GitTargetsResource, &t, before, &t.Status); err != nil {
 		return err
-	}
-	recheck := targetRecheck
-	if !ready {
-		recheck = notReadyRecheck
 	}
 	c.queue.AddAfter(key{kindTarget, name}, recheck)
 	return nil
@@ -89,7 +122,9 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 			"folder %q of branch %q overlaps the folder %q of GitTarget %s, which writes to the same repository branch; give each GitTarget a folder of its own",
 			cleanPath(t.Spec.Path), t.Spec.Branch, cleanPath(other.Spec.Path), types.NamespacedName{Namespace: other.Namespace, Name: other.Name}))
 	}
-	if err := c.opts.Router.Route(name, git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path}); err != nil {
+	dest := git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path,
+		Stream: streamOf(t.Spec.Destination()), Cluster: c.clusterOf(t.Spec.Destination())}
+	if err := c.opts.Router.Route(name, dest); err != nil {
 		return false, v1alpha1.ReasonInvalidSpec, err.Error()
 	}
 	where := "the repository root"
@@ -107,11 +142,13 @@ func (c *Controller) isProviderReady(name types.NamespacedName) bool {
 
 // overlappingTarget returns a GitTarget that holds a folder overlapping t's on the same branch
 // of the same repository (the URLs of their GitProviders). Two writers of one folder would undo
-// each other's sweeps. Only a target that writes (is routed) holds its folder: an established
-// claim beats a pending one, and between two established claims the older target (by
-// creation, then namespace/name) keeps it.
+// each other's sweeps. Only a target that writes (is routed) holds its folder, and only against
+// a weaker claim: an established claim (the target writes where its status says its content
+// is: observedDestination equals the spec, no retarget in progress) beats a pending one (a new
+// target, or one being retargeted), and between equal claims the older target (by creation,
+// then namespace/name) keeps it. A routed target that loses to t is re-evaluated, so that it
+// stops writing.
 func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.GitTarget, url string) (*v1alpha1.GitTarget, bool) {
-	self := c.opts.Router.Routed(name)
 	var found *v1alpha1.GitTarget
 	for _, obj := range c.informers[kindTarget].GetIndexer().List() {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -123,7 +160,7 @@ func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.Gi
 			continue
 		}
 		otherName := types.NamespacedName{Namespace: other.Namespace, Name: other.Name}
-		if !pathsOverlap(other.Spec.Path, t.Spec.Path) || !c.opts.Router.Routed(otherName) || (self && !olderTarget(&other, t)) {
+		if !pathsOverlap(other.Spec.Path, t.Spec.Path) || !c.opts.Router.Routed(otherName) {
 			continue
 		}
 		var p v1alpha1.GitProvider
@@ -131,11 +168,31 @@ func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.Gi
 		if err != nil || !exists || !sameRepository(p.Spec.URL, url) {
 			continue
 		}
-		if found == nil || olderTarget(&other, found) {
+		if !strongerClaim(&other, t) {
+			c.enqueue(kindTarget, otherName) // it loses the folder to t
+			continue
+		}
+		if found == nil || strongerClaim(&other, found) {
 			found = other.DeepCopy()
 		}
 	}
 	return found, found != nil
+}
+
+// established reports whether t's claim on its folder is established: its content is where
+// its spec says (observedDestination equals the spec) and no retarget is in progress.
+func established(t *v1alpha1.GitTarget) bool {
+	return t.Status.RetargetingTo == nil && t.Status.ObservedDestination != nil && *t.Status.ObservedDestination == t.Spec.Destination()
+}
+
+// strongerClaim reports whether a's claim on an overlapping folder beats b's: an established
+// claim beats a pending one; creation time (then namespace/name) breaks ties between equal
+// claims.
+func strongerClaim(a, b *v1alpha1.GitTarget) bool {
+	if ea, eb := established(a), established(b); ea != eb {
+		return ea
+	}
+	return olderTarget(a, b)
 }
 
 // olderTarget orders GitTargets by creation, then by namespace/name.

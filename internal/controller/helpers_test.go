@@ -115,6 +115,45 @@ func (j *joinRecorder) recorded() []watch.Change {
 	return append([]watch.Change(nil), j.changes...)
 }
 
+// fakeDropper stands in for the cursor store: it records which cursors the controller drops.
+type fakeDropper struct {
+	mu      sync.Mutex
+	err     error    // when set, every drop fails with it
+	dropped []string // "<cluster> <target> <destination>", or "<target>" for a whole target
+}
+
+func (d *fakeDropper) setErr(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.err = err
+}
+
+func (d *fakeDropper) DropDestination(_ context.Context, cluster string, target types.NamespacedName, destination string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return 0, d.err
+	}
+	d.dropped = append(d.dropped, cluster+" "+target.String()+" "+destination)
+	return 1, nil
+}
+
+func (d *fakeDropper) DropTarget(_ context.Context, target types.NamespacedName) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return 0, d.err
+	}
+	d.dropped = append(d.dropped, target.String())
+	return 1, nil
+}
+
+func (d *fakeDropper) recorded() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dropped...)
+}
+
 func attributed(ch watch.Change) attribution.AttributedChange {
 	return attribution.AttributedChange{
 		Change: ch,
@@ -343,6 +382,7 @@ type fixture struct {
 	disc    *fakediscovery.FakeDiscovery
 	probe   *fakeProbe
 	joined  *joinRecorder
+	drops   *fakeDropper
 	logs    *lockedBuffer
 	router  *git.Router
 	sources *watch.Registry
@@ -395,6 +435,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		disc:    fd,
 		probe:   &fakeProbe{},
 		joined:  &joinRecorder{},
+		drops:   &fakeDropper{},
 		logs:    &lockedBuffer{},
 		repoDir: repoDir,
 	}
@@ -419,6 +460,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		Router:      f.router,
 		ProbeRemote: f.probe.probe,
 		Logger:      log,
+		Cursors:     f.drops,
 
 		NewSourceClients: cfg.sourceClients,
 	})

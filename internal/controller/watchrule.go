@@ -51,6 +51,9 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 
 // removeOwner removes owner's streams from every source cluster but keep (when set).
 func (c *Controller) removeOwner(owner string, keep ...string) {
+	c.mu.Lock()
+	delete(c.evaluated, owner)
+	c.mu.Unlock()
 	for _, name := range c.opts.Sources.Names() {
 		if slices.Contains(keep, name) {
 			continue
@@ -103,15 +106,26 @@ func (o ruleOutcome) apply(conds *[]metav1.Condition, generation int64) {
 
 // evaluate starts or stops the streams req asks for and says how the rule stands.
 func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
-	// The rule's streams run in the cluster its GitTarget mirrors, and nowhere else.
+	// The streams follow the target's route, not its spec: during a retarget the rule
+	// subscribes to the new destination only once the target was routed there. They run in
+	// the cluster that route mirrors, and nowhere else.
+	route, routed := c.opts.Router.RouteOf(req.target)
 	var t v1alpha1.GitTarget
 	exists, err := c.get(kindTarget, req.target, &t)
 	targetFound := err == nil && exists
 	cluster := c.opts.Cluster
-	if targetFound {
+	switch {
+	case routed && route.Cluster != "":
+		cluster = route.Cluster
+	case targetFound:
 		cluster = c.sourceClusterOf(&t)
 	}
 	c.removeOwner(req.owner, cluster)
+	defer func() {
+		c.mu.Lock()
+		c.evaluated[req.owner] = route.Stream
+		c.mu.Unlock()
+	}()
 	source := c.opts.Sources.Cluster(cluster)
 	// where names a remote cluster in messages; the local one goes unnamed.
 	where := ""
@@ -131,7 +145,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	if !targetFound {
 		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", req.target.Name, req.target.Namespace), 0)
 	}
-	if !c.opts.Router.Routed(req.target) {
+	if !routed {
 		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", req.target.Name), 0)
 	}
 	if req.failed != "" {
@@ -178,7 +192,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		}
 		for _, ns := range scopes {
 			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
-				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: destination(&t)})
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: route.Stream})
 		}
 		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
@@ -299,8 +313,9 @@ func watchOps(ops []v1alpha1.Operation) []watch.Op {
 	return out
 }
 
-// destination names where a GitTarget writes, for its streams' identity and resume cursors:
-// "<branch>:<folder>" (a Git branch name cannot hold ':').
-func destination(t *v1alpha1.GitTarget) string {
-	return t.Spec.Branch + ":" + cleanPath(t.Spec.Path)
+// streamOf names where a GitTarget writes, for its streams' identity and resume cursors:
+// "<branch>:<folder>" (a Git branch name cannot hold ':'). The source cluster is not part of
+// it: a cursor's key names its cluster already.
+func streamOf(d v1alpha1.Destination) string {
+	return d.Branch + ":" + cleanPath(d.Path)
 }

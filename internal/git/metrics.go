@@ -55,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		unrouted: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_unrouted_changes_total",
-			Help: "Changes dropped because their GitTarget had no destination (not Ready) when they arrived.",
+			Help: "Changes dropped because their GitTarget had no destination (not Ready) when they arrived, or had moved to another one (retarget).",
 		}),
 		pushBytesTot: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_push_bytes_total",

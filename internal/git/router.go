@@ -33,6 +33,14 @@ type Destination struct {
 	Branch string
 	// Path is the target's folder; "" is the repository root.
 	Path string
+	// Stream names this destination as the watch side does (watch.StreamSpec.Destination).
+	// A change that carries another destination was observed for a destination the target
+	// has left: it is dropped, and a push never advances the resume cursors of a destination
+	// other than the one the target is routed to. Empty: changes are not checked.
+	Stream string
+	// Cluster is the audit route of the source cluster the target mirrors; a change from
+	// another cluster is treated like one of another Stream. Empty: not checked.
+	Cluster string
 }
 
 // TargetStatus is what the router knows of one target's writes.
@@ -50,6 +58,11 @@ type TargetStatus struct {
 	// targets on its branch.
 	LastError error
 	Pending   int
+	// Unpushed counts the target's changes for its current destination (Destination.Stream)
+	// that were handed to its worker and are neither pushed nor settled yet. With nothing in
+	// flight before the router either, zero means everything observed for the destination so
+	// far is on the remote: a retarget waits for it.
+	Unpushed int
 }
 
 // cursorAdvancer records pushed changes as the streams' resume points; watch.CursorStore
@@ -89,8 +102,27 @@ type runningWorker struct {
 }
 
 type route struct {
-	worker *runningWorker
-	path   string
+	worker  *runningWorker
+	path    string
+	stream  string
+	cluster string
+}
+
+// id names the destination for the per-destination counts.
+func (rt route) id() string { return rt.cluster + " " + rt.stream }
+
+// foreign reports whether c was observed for another destination than rt's: another stream
+// or another source cluster.
+func (rt route) foreign(c watch.Change) bool {
+	return (rt.stream != "" && c.Destination != "" && c.Destination != rt.stream) ||
+		(rt.cluster != "" && c.Cluster != "" && c.Cluster != rt.cluster)
+}
+
+// streamCount is what the router counted of one target's changes for its current destination
+// (stream holds route.id()).
+type streamCount struct {
+	stream          string
+	submitted, done int
 }
 
 type pushRecord struct {
@@ -113,6 +145,10 @@ type Router struct {
 	routes  map[types.NamespacedName]route
 	workers map[workerKey]*runningWorker
 	pushes  map[types.NamespacedName]pushRecord
+	// counts holds, per target, the changes submitted and done for its current destination;
+	// guarded by countMu, which is taken after mu when both are held.
+	countMu sync.Mutex
+	counts  map[types.NamespacedName]streamCount
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
 
@@ -135,6 +171,7 @@ func NewRouter(opts RouterOptions) *Router {
 		routes:  map[types.NamespacedName]route{},
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
+		counts:  map[types.NamespacedName]streamCount{},
 		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
 		signal:  make(chan struct{}, 1),
@@ -179,7 +216,7 @@ func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 		r.setRouteLocked(target, nil)
 		return err
 	}
-	r.setRouteLocked(target, &route{worker: w, path: dest.Path})
+	r.setRouteLocked(target, &route{worker: w, path: dest.Path, stream: dest.Stream, cluster: dest.Cluster})
 	return nil
 }
 
@@ -217,6 +254,11 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 		ws := rt.worker.worker.Status()
 		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
 		st.LastError, st.Pending = ws.LastError, ws.Pending
+		r.countMu.Lock()
+		if c := r.counts[target]; c.stream == rt.id() {
+			st.Unpushed = max(0, c.submitted-c.done)
+		}
+		r.countMu.Unlock()
 	}
 	return st
 }
@@ -265,6 +307,22 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 		r.log.Warn("change dropped: its GitTarget is not Ready", "target", ac.Target.String(),
 			"resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
+	}
+	if rt.foreign(ac.Change) {
+		r.opts.Metrics.changeUnrouted()
+		r.log.Info("change dropped: it was observed for a destination its GitTarget has left", "target", ac.Target.String(),
+			"cluster", ac.Cluster, "destination", ac.Destination, "routed", rt.id(), "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
+		return
+	}
+	if ac.Op != watch.OpSweep { // a sweep is reported as the deletions it implies, if any
+		r.countMu.Lock()
+		c := r.counts[ac.Target]
+		if c.stream != rt.id() {
+			c = streamCount{stream: rt.id()}
+		}
+		c.submitted++
+		r.counts[ac.Target] = c
+		r.countMu.Unlock()
 	}
 	rt.worker.worker.Submit(rt.path, ac)
 }
@@ -342,6 +400,11 @@ func (r *Router) stopWorkerLocked(rw *runningWorker) {
 // setRouteLocked records (or with nil removes) a target's route and stops workers no route
 // uses. r.mu must be held.
 func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
+	if old, ok := r.routes[target]; ok && (rt == nil || old.id() != rt.id()) {
+		r.countMu.Lock()
+		delete(r.counts, target) // a new destination counts afresh
+		r.countMu.Unlock()
+	}
 	if rt == nil {
 		delete(r.routes, target)
 	} else {
@@ -359,18 +422,41 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 }
 
 // onPushed advances the resume cursors past the changes a push delivered, and records the last
-// commit of each target it carried.
+// commit of each target it carried. Only the changes of a target's current destination count:
+// the cursors of a destination it left (a retarget dropped them) are not written again, and
+// neither are those of a target that has no route (a deleted one).
 func (r *Router) onPushed(res PushResult) {
-	if r.opts.Cursors != nil {
-		var changes []watch.Change
-		for _, ci := range res.Commits {
-			for _, c := range ci.Changes {
-				changes = append(changes, c.Change)
-			}
+	var all []watch.Change
+	for _, ci := range res.Commits {
+		for _, c := range ci.Changes {
+			all = append(all, c.Change)
 		}
-		for _, c := range res.Settled {
-			changes = append(changes, c.Change)
+	}
+	for _, c := range res.Settled {
+		all = append(all, c.Change)
+	}
+	changes := make([]watch.Change, 0, len(all))
+	counted := map[types.NamespacedName]bool{}
+	r.mu.RLock()
+	r.countMu.Lock()
+	for _, c := range all {
+		rt, ok := r.routes[c.Target]
+		if !ok || rt.foreign(c) {
+			continue
 		}
+		changes = append(changes, c)
+		if sweptFile := c.Op == watch.OpDelete && c.UID == ""; sweptFile {
+			continue // a deletion a sweep implied: the sweep was not counted
+		}
+		if n, ok := r.counts[c.Target]; ok && n.stream == rt.id() {
+			n.done++
+			r.counts[c.Target] = n
+			counted[c.Target] = true
+		}
+	}
+	r.countMu.Unlock()
+	r.mu.RUnlock()
+	if r.opts.Cursors != nil && len(changes) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
 		if err := r.opts.Cursors.Advance(ctx, changes); err != nil {
 			r.log.Warn("cannot advance the resume cursors; a restart replays these changes", "changes", len(changes), "err", err)
@@ -378,7 +464,10 @@ func (r *Router) onPushed(res PushResult) {
 		cancel()
 	}
 	now := time.Now()
-	targets := make([]types.NamespacedName, 0, len(res.Commits))
+	targets := make([]types.NamespacedName, 0, len(res.Commits)+len(counted))
+	for t := range counted {
+		targets = append(targets, t) // a settled change may be what a retarget waits for
+	}
 	r.mu.Lock()
 	for _, ci := range res.Commits {
 		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now}
@@ -409,6 +498,9 @@ type RouteInfo struct {
 	Remote Remote
 	Branch string
 	Path   string
+	// Stream is the destination's name on the watch side (Destination.Stream), and Cluster
+	// its source cluster (Destination.Cluster).
+	Stream, Cluster string
 	// Worker is the branch worker the target's changes go to.
 	Worker *Worker
 }
@@ -421,7 +513,7 @@ func (r *Router) RouteOf(target types.NamespacedName) (RouteInfo, bool) {
 	if !ok {
 		return RouteInfo{}, false
 	}
-	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Worker: rt.worker.worker}, true
+	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Stream: rt.stream, Cluster: rt.cluster, Worker: rt.worker.worker}, true
 }
 
 // WorkerCount is the number of running branch workers.

@@ -150,3 +150,55 @@ func TestRouterAdvancesCursorsAfterPush(t *testing.T) {
 	require.Equal(t, "settings", cursors.changes[0].Name)
 	require.Equal(t, "uid-settings", cursors.changes[0].UID)
 }
+
+// TestRouterFollowsTheDestinationStream: the router counts a target's changes for its current
+// destination until they are pushed; a change observed for a destination the target has left is
+// dropped, and a push of changes the target handed over before it moved does not advance the
+// cursors of the destination it left.
+func TestRouterFollowsTheDestinationStream(t *testing.T) {
+	dir, url := newBareRemote(t)
+	cursors := &recordedCursors{}
+	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors})
+	r.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	remote := testRemote(url)
+	remote.CommitWindow = 2 * time.Second // the move below happens inside the window
+	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "old", Stream: "main:old"}))
+	old := cmChange(watch.OpCreate, "shop", "settings", "v1")
+	old.Destination = "main:old"
+	r.Deliver(by("alice", "a1", old))
+	require.Equal(t, 1, r.TargetStatus(tenants).Unpushed)
+
+	// The target moves before the change is pushed: it still lands in the old folder (it was
+	// handed over for it), but the old destination's cursor is not advanced, and the new
+	// destination counts afresh.
+	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "new", Stream: "main:new", Cluster: "prod"}))
+	require.Zero(t, r.TargetStatus(tenants).Unpushed)
+	late := cmChange(watch.OpUpdate, "shop", "settings", "v2")
+	late.Destination = "main:old"
+	r.Deliver(by("alice", "a2", late)) // observed for the old destination: dropped
+	require.Zero(t, r.TargetStatus(tenants).Unpushed)
+	elsewhere := cmChange(watch.OpUpdate, "shop", "settings", "v3")
+	elsewhere.Destination, elsewhere.Cluster = "main:new", "edge"
+	r.Deliver(by("alice", "a2", elsewhere)) // observed in another source cluster: dropped
+	require.Zero(t, r.TargetStatus(tenants).Unpushed)
+	moved := cmChange(watch.OpCreate, "shop", "settings", "v1")
+	moved.Destination = "main:new"
+	r.Deliver(by("alice", "a3", moved))
+	require.Equal(t, 1, r.TargetStatus(tenants).Unpushed)
+
+	require.Eventually(t, func() bool { return r.TargetStatus(tenants).Unpushed == 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(gitFiles(t, dir, "main")) == 2
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"new/shop/core/configmaps/settings.yaml", "old/shop/core/configmaps/settings.yaml"}, gitFiles(t, dir, "main"))
+	require.Contains(t, runGit(t, "", "--git-dir="+dir, "show", "main:old/shop/core/configmaps/settings.yaml"), "v1")
+	cursors.mu.Lock()
+	defer cursors.mu.Unlock()
+	require.Len(t, cursors.changes, 1, "only the new destination's change advances a cursor")
+	require.Equal(t, "main:new", cursors.changes[0].Destination)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -147,4 +148,79 @@ func (s *CursorStore) Advance(ctx context.Context, changes []Change) error {
 func cursorObjectKey(field string) (namespace, name string) {
 	ns, name, _ := strings.Cut(field, "/")
 	return ns, name
+}
+
+// DropDestination removes every resume cursor of target's streams at destination in cluster:
+// what a retarget does to the old destination once its streams are stopped, so that a later
+// move back starts with a full snapshot rather than resuming from a folder nobody maintained
+// in between. It reports how many cursors it removed.
+func (s *CursorStore) DropDestination(ctx context.Context, cluster string, target types.NamespacedName, destination string) (int, error) {
+	head := s.prefix.Key("cursor", cluster, target.String(), destination) + ":"
+	return s.drop(ctx, globEscape(head)+"*", func(key string) bool {
+		// The rest is "<resource>.<group>/<version>:<scope>", which holds exactly one ':'; a
+		// destination whose folder extends this one by ":..." has more.
+		rest, ok := strings.CutPrefix(key, head)
+		return ok && strings.Count(rest, ":") == 1
+	})
+}
+
+// DropTarget removes every resume cursor of target, in every cluster and destination: what
+// the deletion of a GitTarget leaves behind otherwise.
+func (s *CursorStore) DropTarget(ctx context.Context, target types.NamespacedName) (int, error) {
+	head := s.prefix.Key("cursor") + ":"
+	return s.drop(ctx, globEscape(head)+"*:"+globEscape(target.String())+":*", func(key string) bool {
+		// "<cluster>:<namespace>/<name>:..."; neither a cluster name (an audit route) nor a
+		// target name holds ':', so the second field is the target.
+		parts := strings.SplitN(strings.TrimPrefix(key, head), ":", 3)
+		return len(parts) == 3 && parts[1] == target.String()
+	})
+}
+
+// drop deletes the keys that match pattern and that keep accepts. It scans every primary
+// (each shard of a Redis Cluster holds its own keys).
+func (s *CursorStore) drop(ctx context.Context, pattern string, keep func(string) bool) (int, error) {
+	var mu sync.Mutex
+	n := 0
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+		for iter.Next(ctx) {
+			if !keep(iter.Val()) {
+				continue
+			}
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		err = fmt.Errorf("unsupported Redis client %T", s.rdb)
+	}
+	if err != nil {
+		return n, fmt.Errorf("dropping resume cursors matching %s: %w", pattern, err)
+	}
+	return n, nil
+}
+
+// globEscape quotes the characters a Redis MATCH pattern treats specially (a folder may hold
+// them).
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\', '^':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -204,3 +204,52 @@ func TestDestinationChangeHandsTheStateAgain(t *testing.T) {
 	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 2 }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, "main:new", cursors.markedIDs()[1].Destination)
 }
+
+// TestCursorStoreDrops: a retarget drops the cursors of exactly one destination of one target
+// (not a folder that merely starts with the same characters, nor one that holds glob
+// characters); a deleted target's cursors go in every cluster and destination, and nobody
+// else's.
+func TestCursorStoreDrops(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := context.Background()
+	s := NewCursorStore(rdb, keyspace.MustParse("test"))
+	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
+	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
+	mark := func(cluster string, target types.NamespacedName, dest string, gvr schema.GroupVersionResource, scope string) StreamID {
+		id := StreamID{Cluster: cluster, Target: target, Destination: dest, GVR: gvr, Namespace: scope}
+		require.NoError(t, s.MarkKnown(ctx, id))
+		return id
+	}
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	oldA := mark("local", web, "main:apps", configMaps, "demo")
+	oldB := mark("local", web, "main:apps", widgets, "")
+	longer := mark("local", web, "main:apps:2", configMaps, "demo")
+	glob := mark("local", web, "main:a*", configMaps, "demo")
+	other := mark("local", db, "main:apps", configMaps, "demo")
+	remote := mark("remote-1", web, "main:apps", configMaps, "demo")
+	// A folder named like a target must not make that target's cursors match.
+	lookalike := mark("local", db, "main:team-a/web", configMaps, "demo")
+
+	known := func(id StreamID) bool {
+		c, err := s.Load(ctx, id)
+		require.NoError(t, err)
+		return c.Known
+	}
+	n, err := s.DropDestination(ctx, "local", web, "main:apps")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.False(t, known(oldA))
+	require.False(t, known(oldB))
+	for _, id := range []StreamID{longer, glob, other, remote, lookalike} {
+		require.True(t, known(id), "%s was dropped", s.key(id))
+	}
+
+	n, err = s.DropTarget(ctx, web)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for _, id := range []StreamID{longer, glob, remote} {
+		require.False(t, known(id), "%s was kept", s.key(id))
+	}
+	require.True(t, known(other))
+	require.True(t, known(lookalike))
+}
