@@ -103,14 +103,6 @@ type sourceState struct {
 // refusal says why a GitTarget's source cluster cannot be used.
 type refusal struct{ reason, msg string }
 
-// sourceClusterOf is the audit route of the cluster a GitTarget mirrors.
-func (c *Controller) sourceClusterOf(t *v1alpha1.GitTarget) string {
-	if t.Spec.SourceCluster != nil {
-		return t.Spec.SourceCluster.AuditRoute
-	}
-	return c.opts.Cluster
-}
-
 // remoteTarget reports whether the GitTarget name mirrors a remote cluster, and its route.
 func (c *Controller) remoteTarget(name types.NamespacedName) (string, bool) {
 	var t v1alpha1.GitTarget

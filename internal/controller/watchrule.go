@@ -118,7 +118,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	case routed && route.Cluster != "":
 		cluster = route.Cluster
 	case targetFound:
-		cluster = c.sourceClusterOf(&t)
+		cluster = c.clusterOf(t.Spec.Destination())
 	}
 	c.removeOwner(req.owner, cluster)
 	defer func() {
