@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // PathPrefix is where the webhook is served: POST PathPrefix + "{route}".
@@ -175,9 +174,7 @@ func (h *Handler) instrument(next http.Handler) http.Handler {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
-	if h.opts.RequireClientCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		h.log.Warn("unauthenticated admission request", "remote", r.RemoteAddr, "tls", r.TLS != nil)
-		http.Error(w, "unauthenticated: present a client certificate signed by the admission client CA", http.StatusUnauthorized)
+	if !reviewhttp.Authenticated(w, r, h.log, h.opts.RequireClientCert) {
 		return
 	}
 	route := chi.URLParam(r, "route")
@@ -185,22 +182,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("route %q is not a cluster name (a DNS label)", route), http.StatusNotFound)
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
-		http.Error(w, fmt.Sprintf("content type %q: want application/json", ct), http.StatusUnsupportedMediaType)
-		return
-	}
-	max := h.opts.MaxBodyBytes
-	if r.ContentLength > max {
-		http.Error(w, fmt.Sprintf("body exceeds %d bytes", max), http.StatusRequestEntityTooLarge)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	if err != nil {
-		http.Error(w, "unable to read body", http.StatusBadRequest)
-		return
-	}
-	if int64(len(body)) > max {
-		http.Error(w, fmt.Sprintf("body exceeds %d bytes", max), http.StatusRequestEntityTooLarge)
+	body, ok := reviewhttp.Body(w, r, h.opts.MaxBodyBytes)
+	if !ok {
 		return
 	}
 	req, err := decodeRequest(body)
@@ -216,11 +199,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	})
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
-}
-
-func isJSON(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
 }
 
 // take queues what req claims, without waiting: a full queue drops it and counts the loss.

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // Path is where the webhook is served.
@@ -136,27 +135,11 @@ func (h *handler) instrument(next http.Handler) http.Handler {
 }
 
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
-	if h.opts.RequireClientCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		h.log.Warn("unauthenticated admission request", "remote", r.RemoteAddr, "tls", r.TLS != nil)
-		http.Error(w, "unauthenticated: present a client certificate signed by the admission client CA", http.StatusUnauthorized)
+	if !reviewhttp.Authenticated(w, r, h.log, h.opts.RequireClientCert) {
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
-		http.Error(w, fmt.Sprintf("content type %q: want application/json", ct), http.StatusUnsupportedMediaType)
-		return
-	}
-	max := h.opts.MaxBodyBytes
-	if r.ContentLength > max {
-		http.Error(w, fmt.Sprintf("body exceeds %d bytes", max), http.StatusRequestEntityTooLarge)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	if err != nil {
-		http.Error(w, "unable to read body", http.StatusBadRequest)
-		return
-	}
-	if int64(len(body)) > max {
-		http.Error(w, fmt.Sprintf("body exceeds %d bytes", max), http.StatusRequestEntityTooLarge)
+	body, ok := reviewhttp.Body(w, r, h.opts.MaxBodyBytes)
+	if !ok {
 		return
 	}
 	rv, err := decodeReview(body)
@@ -176,11 +159,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
-}
-
-func isJSON(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
 }
 
 // review decides one request: it never denies a create without spec.author, and denies one

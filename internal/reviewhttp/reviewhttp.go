@@ -1,0 +1,52 @@
+// Package reviewhttp checks the HTTP side of an AdmissionReview request, the same way for both
+// of kubescribe's admission webhooks (CommitRequests in internal/authz, attribution candidates
+// in internal/admission): who may post, what content type, how large a body.
+package reviewhttp
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+)
+
+// Authenticated reports whether r may be served. With requireClientCert, a request without a
+// TLS client certificate the listener verified is answered 401 (and logged) and refused.
+func Authenticated(w http.ResponseWriter, r *http.Request, log *slog.Logger, requireClientCert bool) bool {
+	if requireClientCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		log.Warn("unauthenticated admission request", "remote", r.RemoteAddr, "tls", r.TLS != nil)
+		http.Error(w, "unauthenticated: present a client certificate signed by the admission client CA", http.StatusUnauthorized)
+		return false
+	}
+	return true
+}
+
+// Body returns r's body. It answers the request itself, and returns false, for a content type
+// other than JSON (415), a body over max bytes (413, whether announced or not) and a body that
+// cannot be read (400).
+func Body(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+		http.Error(w, fmt.Sprintf("content type %q: want application/json", ct), http.StatusUnsupportedMediaType)
+		return nil, false
+	}
+	if r.ContentLength > max {
+		http.Error(w, fmt.Sprintf("body exceeds %d bytes", max), http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		http.Error(w, "unable to read body", http.StatusBadRequest)
+		return nil, false
+	}
+	if int64(len(body)) > max {
+		http.Error(w, fmt.Sprintf("body exceeds %d bytes", max), http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	return body, true
+}
+
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
