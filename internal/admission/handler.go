@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -162,15 +160,7 @@ func NewHandler(opts HandlerOptions) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func (h *Handler) instrument(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
-		code := ww.Status()
-		if code == 0 {
-			code = http.StatusOK
-		}
-		h.opts.Metrics.requests.WithLabelValues(strconv.Itoa(code)).Inc()
-	})
+	return reviewhttp.CountStatus(h.opts.Metrics.requests, next)
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {

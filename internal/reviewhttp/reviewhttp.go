@@ -9,6 +9,10 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Authenticated reports whether r may be served. With requireClientCert, a request without a
@@ -49,4 +53,18 @@ func Body(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) {
 func isJSON(ct string) bool {
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
+}
+
+// CountStatus counts each request next answers in requests, by status code (200 when next
+// wrote no header).
+func CountStatus(requests *prometheus.CounterVec, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		code := ww.Status()
+		if code == 0 {
+			code = http.StatusOK
+		}
+		requests.WithLabelValues(strconv.Itoa(code)).Inc()
+	})
 }
