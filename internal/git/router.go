@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
@@ -50,6 +51,23 @@ type TargetStatus struct {
 	// targets on its branch.
 	LastError error
 	Pending   int
+	// FolderTree is the hash of the target folder's tree in LastCommit ("" when unknown).
+	FolderTree string
+	// FolderRefused, when set, says why the target's folder may not become a GitTarget's
+	// folder: the worker holds the target's changes, uncommitted, until the folder is fixed.
+	FolderRefused *FolderRefusedError
+}
+
+// FolderRecord is a folder kubescribe pushed: the tree its last push left in it. The
+// controller hands the record it kept in a GitTarget's status back with KnowFolder after a
+// restart, so a folder still at that tree is not checked again.
+type FolderRecord struct {
+	Provider types.NamespacedName
+	Branch   string
+	// Path is the folder ("" for the repository root).
+	Path string
+	// Tree is the folder's tree hash.
+	Tree string
 }
 
 // cursorAdvancer records pushed changes as the streams' resume points; watch.CursorStore
@@ -94,8 +112,9 @@ type route struct {
 }
 
 type pushRecord struct {
-	sha  string
-	time time.Time
+	sha        string
+	time       time.Time
+	folderTree string
 }
 
 // Router owns the git side of the data path: which branch worker writes each GitTarget's
@@ -113,6 +132,8 @@ type Router struct {
 	routes  map[types.NamespacedName]route
 	workers map[workerKey]*runningWorker
 	pushes  map[types.NamespacedName]pushRecord
+	// folders are the folders the targets' last pushes left, by target.
+	folders map[types.NamespacedName]FolderRecord
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
 
@@ -135,6 +156,7 @@ func NewRouter(opts RouterOptions) *Router {
 		routes:  map[types.NamespacedName]route{},
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
+		folders: map[types.NamespacedName]FolderRecord{},
 		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
 		signal:  make(chan struct{}, 1),
@@ -192,7 +214,34 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 	r.setRouteLocked(target, nil)
 	if forget {
 		delete(r.pushes, target)
+		delete(r.folders, target)
 	}
+}
+
+// KnowFolder records what target's last push left in its folder, as kept by the caller (the
+// GitTarget's status), unless the router knows a push of its own already.
+func (r *Router) KnowFolder(target types.NamespacedName, rec FolderRecord) {
+	if rec.Tree == "" {
+		return
+	}
+	rec.Path = folderKey(rec.Path)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.folders[target]; !ok {
+		r.folders[target] = rec
+	}
+}
+
+// knownFolder returns the tree the last push of a target left in folder of worker k's branch.
+func (r *Router) knownFolder(k workerKey, folder string) plumbing.Hash {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, rec := range r.folders {
+		if rec.Provider == k.provider && rec.Branch == k.branch && rec.Path == folder {
+			return plumbing.NewHash(rec.Tree)
+		}
+	}
+	return plumbing.ZeroHash
 }
 
 // Routed reports whether target has a destination.
@@ -211,12 +260,13 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	r.mu.RUnlock()
 	var st TargetStatus
 	if pushed {
-		st.LastCommit, st.LastPush = push.sha, push.time
+		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folderTree
 	}
 	if routed {
 		ws := rt.worker.worker.Status()
 		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
 		st.LastError, st.Pending = ws.LastError, ws.Pending
+		st.FolderRefused = rt.worker.worker.FolderRefusal(rt.path)
 	}
 	return st
 }
@@ -300,8 +350,10 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		AuthorEmailDomain: remote.AuthorEmailDomain,
 		Logger:            r.opts.Logger.With("provider", k.provider.String()),
 		Metrics:           r.opts.Metrics,
-		OnPushed:          r.onPushed,
+		OnPushed:          func(res PushResult) { r.onPushed(k, res) },
 		OnFailed:          func(error) { r.notify(r.targetsOf(k)...) },
+		KnownFolder:       func(folder string) plumbing.Hash { return r.knownFolder(k, folder) },
+		OnFolder:          func(folder string) { r.notify(r.targetsIn(k, folder)...) },
 		OnClosed:          r.onClosed,
 	})
 	if err != nil {
@@ -342,6 +394,9 @@ func (r *Router) stopWorkerLocked(rw *runningWorker) {
 // setRouteLocked records (or with nil removes) a target's route and stops workers no route
 // uses. r.mu must be held.
 func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
+	if old, ok := r.routes[target]; ok && (rt == nil || rt.worker != old.worker || folderKey(rt.path) != folderKey(old.path)) {
+		defer r.leftFolderLocked(old)
+	}
 	if rt == nil {
 		delete(r.routes, target)
 	} else {
@@ -358,9 +413,20 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 	}
 }
 
+// leftFolderLocked tells a worker that a route left its folder, unless another route of the
+// worker writes there. r.mu must be held.
+func (r *Router) leftFolderLocked(old route) {
+	for _, rt := range r.routes {
+		if rt.worker == old.worker && folderKey(rt.path) == folderKey(old.path) {
+			return
+		}
+	}
+	old.worker.worker.ForgetFolder(old.path)
+}
+
 // onPushed advances the resume cursors past the changes a push delivered, and records the last
-// commit of each target it carried.
-func (r *Router) onPushed(res PushResult) {
+// commit of each target it carried and the folder it left.
+func (r *Router) onPushed(k workerKey, res PushResult) {
 	if r.opts.Cursors != nil {
 		var changes []watch.Change
 		for _, ci := range res.Commits {
@@ -381,7 +447,8 @@ func (r *Router) onPushed(res PushResult) {
 	targets := make([]types.NamespacedName, 0, len(res.Commits))
 	r.mu.Lock()
 	for _, ci := range res.Commits {
-		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now}
+		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now, folderTree: ci.FolderTree}
+		r.folders[ci.Target] = FolderRecord{Provider: k.provider, Branch: k.branch, Path: ci.Path, Tree: ci.FolderTree}
 		targets = append(targets, ci.Target)
 		if cs, ok := r.closes[ci.Request]; ok && ci.Request != "" {
 			cs.result = CloseResult{Outcome: CloseCommitted, SHA: ci.SHA, Branch: cs.branch}
@@ -398,6 +465,19 @@ func (r *Router) targetsOf(k workerKey) []types.NamespacedName {
 	var names []types.NamespacedName
 	for name, rt := range r.routes {
 		if rt.worker.key == k {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// targetsIn lists the targets a worker writes for into folder.
+func (r *Router) targetsIn(k workerKey, folder string) []types.NamespacedName {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var names []types.NamespacedName
+	for name, rt := range r.routes {
+		if rt.worker.key == k && folderKey(rt.path) == folder {
 			names = append(names, name)
 		}
 	}

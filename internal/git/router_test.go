@@ -3,6 +3,7 @@ package git
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -50,12 +51,21 @@ func TestRouterDeliversAndRecordsPushes(t *testing.T) {
 	r.Deliver(by("bob", "a0", dropped))
 	r.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "shop", "settings", "v1")))
 
-	select {
-	case <-r.Updates():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no update signalled after the push")
-	}
-	require.Equal(t, []types.NamespacedName{tenants}, r.Changed())
+	// Updates are signalled when the folder passed its check, and after the push.
+	var changed []types.NamespacedName
+	require.Eventually(t, func() bool {
+		select {
+		case <-r.Updates():
+			changed = append(changed, r.Changed()...)
+		default:
+		}
+		return r.TargetStatus(tenants).LastCommit != ""
+	}, 30*time.Second, 10*time.Millisecond, "no push")
+	require.Eventually(t, func() bool {
+		changed = append(changed, r.Changed()...)
+		return slices.Contains(changed, tenants)
+	}, 30*time.Second, 10*time.Millisecond, "no update signalled after the push")
+	require.NotContains(t, changed, other)
 	st := r.TargetStatus(tenants)
 	require.Equal(t, runGit(t, "", "--git-dir="+dir, "rev-parse", "refs/heads/main"), st.LastCommit)
 	require.False(t, st.LastPush.IsZero())

@@ -33,6 +33,10 @@ type CommitInfo struct {
 	SHA     string
 	Target  types.NamespacedName
 	Changes []attribution.AttributedChange
+	// Path is the target's folder the commit wrote to, and FolderTree the hash of that
+	// folder's tree in the commit ("" when the commit left the folder empty).
+	Path       string
+	FolderTree string
 	// Request is the ID of the close request that closed this commit's window, if any.
 	Request string
 }
@@ -97,6 +101,8 @@ type submission struct {
 	change     attribution.AttributedChange
 	// close, when set, is a close request instead of a change (RequestClose).
 	close *CloseRequest
+	// forget, when set, is a ForgetFolder of targetPath instead of a change.
+	forget bool
 }
 
 // windowKey is what consecutive changes must share to go into one commit.
@@ -138,6 +144,7 @@ type Worker struct {
 	opTimeout    time.Duration
 	finalTimeout time.Duration
 	compactEvery int                             // compactSlack
+	gateRecheck  time.Duration                   // defaultGateRecheck
 	pushFn       func(ctx context.Context) error // pushes the local branch; pushOnce
 
 	running atomic.Bool
@@ -146,6 +153,8 @@ type Worker struct {
 	mu       sync.Mutex
 	queue    []submission
 	status   Status
+	// refusals are the folders that did not pass the gate, by folder (folderKey).
+	refusals map[string]*FolderRefusedError
 	stopping bool // shutdown began: the final commit is made, later submissions are not committed
 	stopped  bool // Run returned: submissions are no longer queued
 
@@ -160,6 +169,8 @@ type Worker struct {
 	storeGrowth  int64
 	compactBytes int64 // compactBytes; test seam
 	trees        *treeCache
+	// gates are the folder gates, by folder (folderKey).
+	gates map[string]*folderGate
 	// Values this worker last added to the shared gauges.
 	gaugePlans, gaugeObjects int
 	remoteTip                plumbing.Hash // remote branch as last seen; parent of the first unpushed commit
@@ -192,7 +203,10 @@ func NewWorker(opts Options) (*Worker, error) {
 		finalTimeout: defaultFinalTimeout,
 		compactEvery: compactSlack,
 		compactBytes: compactBytes,
+		gateRecheck:  defaultGateRecheck,
 		trees:        newTreeCache(),
+		gates:        map[string]*folderGate{},
+		refusals:     map[string]*FolderRefusedError{},
 		wake:         make(chan struct{}, 1),
 	}
 	w.pushFn = w.pushOnce
@@ -289,6 +303,15 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 		next = w.win.deadline
 	}
 	needRemote := w.store == nil || w.stale || len(w.plans) > 0
+	for _, g := range w.gates {
+		if g.state == gateOpen || len(g.held) == 0 {
+			continue
+		}
+		needRemote = true
+		if !g.checkAt.IsZero() && (next.IsZero() || g.checkAt.Before(next)) {
+			next = g.checkAt
+		}
+	}
 	if needRemote && w.retryAt.After(time.Now()) && (next.IsZero() || w.retryAt.Before(next)) {
 		next = w.retryAt
 	}
@@ -389,7 +412,15 @@ func (w *Worker) acceptAll(q []submission) {
 }
 
 func (w *Worker) accept(s submission) {
+	if s.forget {
+		w.forgetGate(s.targetPath)
+		return
+	}
 	if s.close != nil {
+		if g := w.heldFor(s.close.Target); g != nil {
+			g.hold(s) // its target's changes wait for their folder: so does the request
+			return
+		}
 		w.acceptClose(*s.close)
 		return
 	}
@@ -398,6 +429,10 @@ func (w *Worker) accept(s submission) {
 		w.log.Error("change cannot be stored in git; skipped", "err", err,
 			"resource", c.GVR.Resource, "namespace", c.Namespace, "name", c.Name, "resourceVersion", c.ResourceVersion)
 		w.addPending(-1)
+		return
+	}
+	if g := w.gateFor(s.targetPath); g.state != gateOpen {
+		g.hold(s)
 		return
 	}
 	key := windowKey{targetPath: s.targetPath, target: c.Target, snapshot: c.Snapshot}
@@ -531,6 +566,10 @@ func (w *Worker) sync(ctx context.Context) {
 			w.failed(ctx, "rebuild", err)
 			return
 		}
+	}
+	w.checkGates(ctx)
+	if time.Now().Before(w.retryAt) {
+		return // a check failed
 	}
 	if len(w.plans) > 0 {
 		w.push(ctx)

@@ -1,0 +1,413 @@
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The writer-side folder gate. Before the first commit of a GitTarget into its folder, the
+// worker scans the folder as the branch holds it with pkg/manifestanalyzer, the engine behind
+// `kubescribe scan`, so the two cannot disagree. Until the folder passes, the changes for it
+// are held in order: nothing is committed, so no resume cursor advances past them, and they are
+// committed as soon as the folder passes (someone fixed it). A refused folder is checked again
+// each time the branch tip moved, looked at every gateRecheck.
+//
+// The working store holds the tip's trees and, on a server that filters, no blobs. A check
+// fetches just the blobs of the folder, by id, as a partial clone's lazy fetch does; a server
+// that refuses such wants is read with one depth-1 fetch of the tip with its blobs instead. No
+// blob is fetched for a folder that is absent, or that is exactly the tree kubescribe last
+// pushed there (Options.KnownFolder).
+
+// defaultGateRecheck is how often a refused folder is looked at again: a fetch of the branch's
+// advertisement, and a new scan only when the folder's tree changed.
+const defaultGateRecheck = 30 * time.Second
+
+type gateState int
+
+const (
+	gateUnchecked gateState = iota // not checked yet, or the last check failed and is retried
+	gateOpen                       // adoptable or kubescribe's own: its changes are committed
+	gateRefused                    // not adoptable: its changes are held
+)
+
+// folderGate is the gate of one folder of the branch.
+type folderGate struct {
+	path  string
+	state gateState
+	// tree is the folder's tree the refusal is about (gateRefused): it is not scanned again.
+	tree plumbing.Hash
+	// held are the folder's submissions, oldest first, while the gate is not open; targets
+	// are the GitTargets they belong to (a close request of theirs waits behind them).
+	held    []submission
+	targets map[types.NamespacedName]bool
+	checkAt time.Time // real clock; zero = at once
+}
+
+// Folder check results, the values of kubescribe_git_folder_checks_total's "result" label.
+const (
+	folderCheckAdoptable = "adoptable"
+	folderCheckRefused   = "refused"
+	// folderCheckKnown: absent, or the tree kubescribe last pushed there: not scanned.
+	folderCheckKnown = "known"
+	folderCheckError = "error"
+)
+
+// Fetches made by folder checks, the values of kubescribe_git_folder_check_fetches_total's
+// "kind" label.
+const (
+	folderFetchBlobs = "blobs" // the folder's blobs, by id
+	folderFetchFull  = "full"  // the tip with every blob: the server refused the blob ids
+)
+
+// gateFor returns the gate of folder targetPath, creating an unchecked one.
+func (w *Worker) gateFor(targetPath string) *folderGate {
+	p := folderKey(targetPath)
+	g := w.gates[p]
+	if g == nil {
+		g = &folderGate{path: p}
+		w.gates[p] = g
+	}
+	return g
+}
+
+// hold keeps s behind the folder's gate.
+func (g *folderGate) hold(s submission) {
+	g.held = append(g.held, s)
+	if s.close == nil {
+		if g.targets == nil {
+			g.targets = map[types.NamespacedName]bool{}
+		}
+		g.targets[s.change.Target] = true
+	}
+}
+
+// heldFor returns the closed gate that holds changes of target, if any.
+func (w *Worker) heldFor(target types.NamespacedName) *folderGate {
+	for _, g := range w.gates {
+		if g.state != gateOpen && g.targets[target] {
+			return g
+		}
+	}
+	return nil
+}
+
+// ForgetFolder tells the worker that no GitTarget writes to folder targetPath any more: changes
+// it holds for a folder that did not pass are dropped (they were never committed, so nothing
+// recorded them as written), and the folder is checked again before a later first commit.
+func (w *Worker) ForgetFolder(targetPath string) {
+	p := folderKey(targetPath)
+	w.mu.Lock()
+	if !w.stopped {
+		w.queue = append(w.queue, submission{targetPath: p, forget: true})
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forgetGate handles a ForgetFolder submission.
+func (w *Worker) forgetGate(p string) {
+	g := w.gates[p]
+	if g == nil {
+		return
+	}
+	delete(w.gates, p)
+	w.setRefusal(p, nil)
+	changes := 0
+	for _, s := range g.held {
+		if s.close != nil {
+			w.reportClose(s.close.ID, CloseNoOpenWindow)
+			continue
+		}
+		changes++
+	}
+	if changes > 0 {
+		w.addPending(-changes)
+		w.log.Info("no GitTarget writes to the folder any more; the changes held for it are dropped",
+			"folder", p, "changes", changes)
+	}
+}
+
+// FolderRefusal reports why folder targetPath may not be written to, or nil: it did not pass
+// the gate yet, or it passed.
+func (w *Worker) FolderRefusal(targetPath string) *FolderRefusedError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.refusals[folderKey(targetPath)]
+}
+
+func (w *Worker) setRefusal(p string, err *FolderRefusedError) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		delete(w.refusals, p)
+		return
+	}
+	w.refusals[p] = err
+}
+
+// checkGates checks the folders that hold changes and did not pass yet. Before a refused
+// folder is looked at again, the branch is fetched (only its advertisement when it did not
+// move).
+func (w *Worker) checkGates(ctx context.Context) {
+	if w.store == nil || w.stale {
+		return
+	}
+	now := time.Now()
+	var due []*folderGate
+	recheck := false
+	for _, g := range w.gates {
+		if g.state != gateOpen && len(g.held) > 0 && !now.Before(g.checkAt) {
+			due = append(due, g)
+			recheck = recheck || g.state == gateRefused
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	slices.SortFunc(due, func(a, b *folderGate) int { return strings.Compare(a.path, b.path) })
+	if recheck && w.final {
+		return // the final push does not wait for a folder someone may have fixed
+	}
+	if recheck && len(w.plans) == 0 {
+		// With commits to push, the push finds out whether the branch moved.
+		if _, err := w.refetch(ctx); err != nil {
+			w.failed(ctx, "fetch", err)
+			return
+		}
+		if w.stale {
+			if err := w.rebuild(); err != nil {
+				w.failed(ctx, "rebuild", err)
+				return
+			}
+		}
+	}
+	for _, g := range due {
+		if !w.checkGate(ctx, g) {
+			return
+		}
+	}
+}
+
+// checkGate checks one folder at the local tip (the remote tip, plus commits of other folders
+// not pushed yet). It returns false when the check failed; it is retried with backoff.
+func (w *Worker) checkGate(ctx context.Context, g *folderGate) bool {
+	tree, err := w.builder().dirAt(w.localTip, g.path)
+	if errors.Is(err, errNotAFolder) {
+		w.refuseGate(g, plumbing.ZeroHash, &FolderRefusedError{Path: g.path, Detail: err.Error()})
+		return true
+	}
+	if err != nil {
+		w.opts.Metrics.folderChecked(folderCheckError)
+		w.failed(ctx, "check folder", err)
+		return false
+	}
+	if tree.IsZero() || (w.opts.KnownFolder != nil && w.opts.KnownFolder(g.path) == tree) {
+		w.opts.Metrics.folderChecked(folderCheckKnown)
+		w.openGate(g)
+		return true
+	}
+	if g.state == gateRefused && g.tree == tree {
+		g.checkAt = time.Now().Add(w.gateRecheck)
+		return true // unchanged: still refused
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.opTimeout)
+	defer cancel()
+	err = w.scanFolder(cctx, tree, g.path)
+	var refused *FolderRefusedError
+	switch {
+	case err == nil:
+		w.opts.Metrics.folderChecked(folderCheckAdoptable)
+		w.log.Info("folder checked: it may become a GitTarget's folder", "folder", g.path)
+		w.openGate(g)
+	case errors.As(err, &refused):
+		w.refuseGate(g, tree, refused)
+	default:
+		if w.interrupted(ctx) {
+			return false
+		}
+		w.opts.Metrics.folderChecked(folderCheckError)
+		w.failed(ctx, "check folder", fmt.Errorf("folder %q: %w", g.path, err))
+		return false
+	}
+	return true
+}
+
+// openGate lets the folder's held submissions through, ahead of anything queued since.
+func (w *Worker) openGate(g *folderGate) {
+	wasRefused := g.state == gateRefused
+	g.state = gateOpen
+	held := g.held
+	g.held, g.targets, g.tree = nil, nil, plumbing.ZeroHash
+	if w.final {
+		// Shutdown: the final commit takes them, as it took everything submitted before it.
+		w.setRefusal(g.path, nil)
+		w.acceptAll(held)
+		if w.win != nil {
+			w.closeWindow()
+		}
+	} else {
+		w.mu.Lock()
+		delete(w.refusals, g.path)
+		w.queue = append(held[:len(held):len(held)], w.queue...)
+		w.mu.Unlock()
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	if wasRefused {
+		w.log.Info("folder passes now; the changes held for it are committed", "folder", g.path, "submissions", len(held))
+	}
+	if w.opts.OnFolder != nil {
+		w.opts.OnFolder(g.path)
+	}
+}
+
+// refuseGate records a refusal; the folder is looked at again after gateRecheck.
+func (w *Worker) refuseGate(g *folderGate, tree plumbing.Hash, err *FolderRefusedError) {
+	w.opts.Metrics.folderChecked(folderCheckRefused)
+	g.state, g.tree = gateRefused, tree
+	g.checkAt = time.Now().Add(w.gateRecheck)
+	w.setRefusal(g.path, err)
+	w.log.Warn("folder may not become a GitTarget's folder; its changes are held until it is fixed",
+		"folder", g.path, "codes", err.codeList(), "held", len(g.held), "err", err)
+	if w.opts.OnFolder != nil {
+		w.opts.OnFolder(g.path)
+	}
+}
+
+// scanFolder runs the analyzer over folder p, whose tree is tree, reading the blobs the working
+// store lacks from a fetch of those blobs alone.
+func (w *Worker) scanFolder(ctx context.Context, tree plumbing.Hash, p string) error {
+	missing, err := w.missingBlobs(tree)
+	if err != nil {
+		return err
+	}
+	var extra *memory.Storage
+	if len(missing) > 0 {
+		extra = memory.NewStorage()
+		err := w.fetchBlobs(ctx, extra, missing)
+		if err == nil {
+			w.opts.Metrics.folderFetched(folderFetchBlobs)
+		} else {
+			if ctx.Err() != nil {
+				return err
+			}
+			w.log.Warn("the remote did not serve the folder's files by id; reading them from a fetch of the whole branch tip instead",
+				"folder", p, "files", len(missing), "err", w.redact(err))
+			extra = memory.NewStorage()
+			if _, err := w.fetchInto(ctx, extra, plumbing.ZeroHash, 1, true); err != nil {
+				return fmt.Errorf("fetch the branch tip with its files: %w", err)
+			}
+			w.opts.Metrics.folderFetched(folderFetchFull)
+		}
+		for _, h := range missing {
+			if extra.HasEncodedObject(h) != nil {
+				return fmt.Errorf("the remote did not send blob %s of the folder (the branch moved?); checking again", h)
+			}
+		}
+	}
+	t, err := object.GetTree(overlayStore{EncodedObjectStorer: w.store, extra: extra}, tree)
+	if err != nil {
+		return fmt.Errorf("read folder %q: %w", p, err)
+	}
+	return checkTree(ctx, t, p)
+}
+
+// missingBlobs lists the blobs below tree that the working store lacks.
+func (w *Worker) missingBlobs(tree plumbing.Hash) ([]plumbing.Hash, error) {
+	tb := w.builder()
+	var out []plumbing.Hash
+	seen := map[plumbing.Hash]bool{}
+	stack := []plumbing.Hash{tree}
+	for len(stack) > 0 {
+		h := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		t, err := tb.tree(h)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range t.ents {
+			sub := t.hashAt(i)
+			switch {
+			case seen[sub] || e.mode == filemode.Submodule:
+			case e.mode == filemode.Dir:
+				stack = append(stack, sub)
+			case w.store.HasEncodedObject(sub) != nil:
+				out = append(out, sub)
+			}
+			seen[sub] = true
+		}
+	}
+	return out, nil
+}
+
+// overlayStore reads objects from extra first, then from the working store, and writes to the
+// working store (a scan writes nothing).
+type overlayStore struct {
+	storer.EncodedObjectStorer
+	extra *memory.Storage
+}
+
+func (o overlayStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	if o.extra != nil {
+		if obj, err := o.extra.EncodedObject(t, h); err == nil {
+			return obj, nil
+		}
+	}
+	return o.EncodedObjectStorer.EncodedObject(t, h)
+}
+
+// errNotAFolder: a GitTarget's folder, or a folder above it, is a file on the branch.
+var errNotAFolder = errors.New("is a file on the branch, not a folder")
+
+// dirAt returns the tree at folder p of commit tip; zero when tip is zero or the folder is
+// absent.
+func (tb treeBuilder) dirAt(tip plumbing.Hash, p string) (plumbing.Hash, error) {
+	if tip.IsZero() {
+		return plumbing.ZeroHash, nil
+	}
+	c, err := object.GetCommit(tb.s, tip)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read commit %s: %w", tip, err)
+	}
+	return tb.dirIn(c.TreeHash, p)
+}
+
+// dirIn returns the tree at folder p of tree root; zero when it is absent.
+func (tb treeBuilder) dirIn(root plumbing.Hash, p string) (plumbing.Hash, error) {
+	cur := root
+	if p == "" || cur.IsZero() {
+		return cur, nil
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		t, err := tb.tree(cur)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		j := t.find(seg)
+		if j < 0 {
+			return plumbing.ZeroHash, nil
+		}
+		if t.ents[j].mode != filemode.Dir {
+			return plumbing.ZeroHash, fmt.Errorf("%q %w", strings.Join(segs[:i+1], "/"), errNotAFolder)
+		}
+		cur = t.hashAt(j)
+	}
+	return cur, nil
+}
