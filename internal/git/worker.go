@@ -150,9 +150,9 @@ type Worker struct {
 	running atomic.Bool
 	wake    chan struct{}
 
-	mu       sync.Mutex
-	queue    []submission
-	status   Status
+	mu     sync.Mutex
+	queue  []submission
+	status Status
 	// refusals are the folders that did not pass the gate, by folder (folderKey).
 	refusals map[string]*FolderRefusedError
 	stopping bool // shutdown began: the final commit is made, later submissions are not committed
