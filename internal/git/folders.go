@@ -102,6 +102,22 @@ func (w *Worker) heldFor(target types.NamespacedName) *folderGate {
 	return nil
 }
 
+// refusedChanges counts the changes held for folders that were refused.
+func (w *Worker) refusedChanges() int {
+	n := 0
+	for _, g := range w.gates {
+		if g.state != gateRefused {
+			continue
+		}
+		for _, s := range g.held {
+			if s.close == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // ForgetFolder tells the worker that no GitTarget writes to folder targetPath any more: changes
 // it holds for a folder that did not pass are dropped (they were never committed, so nothing
 // recorded them as written), and the folder is checked again before a later first commit.
@@ -215,7 +231,7 @@ func (w *Worker) checkGate(ctx context.Context, g *folderGate) bool {
 		w.failed(ctx, "check folder", err)
 		return false
 	}
-	if tree.IsZero() || (w.opts.KnownFolder != nil && w.opts.KnownFolder(g.path) == tree) {
+	if tree.IsZero() || (w.opts.KnownFolder != nil && w.opts.KnownFolder(g.path, tree)) {
 		w.opts.Metrics.folderChecked(folderCheckKnown)
 		w.openGate(g)
 		return true
@@ -356,8 +372,8 @@ func (w *Worker) missingBlobs(tree plumbing.Hash) ([]plumbing.Hash, error) {
 	return out, nil
 }
 
-// overlayStore reads objects from extra first, then from the working store, and writes to the
-// working store (a scan writes nothing).
+// overlayStore reads objects from extra (when set) first, then from the working store, and
+// writes to the working store (a scan writes nothing).
 type overlayStore struct {
 	storer.EncodedObjectStorer
 	extra *memory.Storage

@@ -232,16 +232,17 @@ func (r *Router) KnowFolder(target types.NamespacedName, rec FolderRecord) {
 	}
 }
 
-// knownFolder returns the tree the last push of a target left in folder of worker k's branch.
-func (r *Router) knownFolder(k workerKey, folder string) plumbing.Hash {
+// knownFolder reports whether the last push of a target into folder of worker k's branch left
+// tree there.
+func (r *Router) knownFolder(k workerKey, folder string, tree plumbing.Hash) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, rec := range r.folders {
-		if rec.Provider == k.provider && rec.Branch == k.branch && rec.Path == folder {
-			return plumbing.NewHash(rec.Tree)
+		if rec.Provider == k.provider && rec.Branch == k.branch && rec.Path == folder && rec.Tree == tree.String() {
+			return true
 		}
 	}
-	return plumbing.ZeroHash
+	return false
 }
 
 // Routed reports whether target has a destination.
@@ -352,7 +353,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		Metrics:           r.opts.Metrics,
 		OnPushed:          func(res PushResult) { r.onPushed(k, res) },
 		OnFailed:          func(error) { r.notify(r.targetsOf(k)...) },
-		KnownFolder:       func(folder string) plumbing.Hash { return r.knownFolder(k, folder) },
+		KnownFolder:       func(folder string, tree plumbing.Hash) bool { return r.knownFolder(k, folder, tree) },
 		OnFolder:          func(folder string) { r.notify(r.targetsIn(k, folder)...) },
 		OnClosed:          r.onClosed,
 	})

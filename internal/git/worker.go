@@ -357,6 +357,12 @@ func (w *Worker) shutdown(ctx context.Context) error {
 	if late > 0 {
 		msg += fmt.Sprintf(" (%d of them submitted after shutdown began)", late)
 	}
+	if held := w.refusedChanges(); held > 0 {
+		msg += fmt.Sprintf(" (%d of them held: their folder did not pass the folder check)", held)
+		if lastErr == nil && held == pending-late {
+			lastErr = errors.New("nothing else was left to push")
+		}
+	}
 	var err error
 	if pending > late {
 		cause := lastErr
