@@ -118,6 +118,21 @@ func (w *Worker) refusedChanges() int {
 	return n
 }
 
+// PrepareFolder tells the worker that a GitTarget writes to folder targetPath: the folder is
+// checked now rather than with the first change for it, so a refusal shows before anything is
+// written. Already checked folders are not checked again.
+func (w *Worker) PrepareFolder(targetPath string) {
+	w.mu.Lock()
+	if !w.stopping {
+		w.queue = append(w.queue, submission{targetPath: folderKey(targetPath), prepare: true})
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // ForgetFolder tells the worker that no GitTarget writes to folder targetPath any more: changes
 // it holds for a folder that did not pass are dropped (they were never committed, so nothing
 // recorded them as written), and the folder is checked again before a later first commit.
@@ -175,7 +190,7 @@ func (w *Worker) setRefusal(p string, err *FolderRefusedError) {
 	w.refusals[p] = err
 }
 
-// checkGates checks the folders that hold changes and did not pass yet. Before a refused
+// checkGates checks the folders that did not pass yet. Before a refused
 // folder is looked at again, the branch is fetched (only its advertisement when it did not
 // move).
 func (w *Worker) checkGates(ctx context.Context) {
@@ -186,7 +201,7 @@ func (w *Worker) checkGates(ctx context.Context) {
 	var due []*folderGate
 	recheck := false
 	for _, g := range w.gates {
-		if g.state != gateOpen && len(g.held) > 0 && !now.Before(g.checkAt) {
+		if g.state != gateOpen && !now.Before(g.checkAt) {
 			due = append(due, g)
 			recheck = recheck || g.state == gateRefused
 		}

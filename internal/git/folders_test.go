@@ -330,3 +330,23 @@ func TestRouterFolderGate(t *testing.T) {
 	require.InDelta(t, 2, gateMetrics(m, folderCheckKnown), 0)
 	require.InDelta(t, 2, gateFetches(m, folderFetchBlobs), 0)
 }
+
+// A folder a GitTarget is routed to is checked before any change for it arrives, so the refusal
+// shows at once; once fixed, the refusal clears.
+func TestPreparedFolderIsCheckedBeforeChanges(t *testing.T) {
+	_, url := newBareRemote(t)
+	pushFiles(t, url, map[string]string{"clusters/prod/kustomization.yaml": "resources: []\n"})
+	opts := testOptions(url)
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.gateRecheck = 20 * time.Millisecond
+	tw.start(t)
+	tw.PrepareFolder("clusters/prod")
+	require.Eventually(t, func() bool { return tw.FolderRefusal("clusters/prod") != nil }, 20*time.Second, 10*time.Millisecond)
+	require.Zero(t, tw.Status().Pending)
+	pushFiles(t, url, map[string]string{"clusters/prod/kustomization.yaml": ""})
+	require.Eventually(t, func() bool { return tw.FolderRefusal("clusters/prod") == nil }, 20*time.Second, 10*time.Millisecond)
+	require.InDelta(t, 1, gateMetrics(opts.Metrics, folderCheckKnown), 0, "the folder is gone: nothing to read")
+	require.InDelta(t, 1, gateMetrics(opts.Metrics, folderCheckRefused), 0)
+	require.NoError(t, tw.stop(t))
+}

@@ -378,6 +378,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 			if rt.worker == old {
 				rt.worker = rw
 				r.routes[name] = rt
+				rw.worker.PrepareFolder(rt.path)
 			}
 		}
 	}
@@ -401,6 +402,9 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 	if rt == nil {
 		delete(r.routes, target)
 	} else {
+		if old, ok := r.routes[target]; !ok || old.worker != rt.worker || folderKey(old.path) != folderKey(rt.path) {
+			rt.worker.worker.PrepareFolder(rt.path)
+		}
 		r.routes[target] = *rt
 	}
 	used := map[*runningWorker]bool{}

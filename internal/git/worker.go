@@ -101,8 +101,9 @@ type submission struct {
 	change     attribution.AttributedChange
 	// close, when set, is a close request instead of a change (RequestClose).
 	close *CloseRequest
-	// forget, when set, is a ForgetFolder of targetPath instead of a change.
-	forget bool
+	// forget, when set, is a ForgetFolder of targetPath instead of a change; prepare a
+	// PrepareFolder.
+	forget, prepare bool
 }
 
 // windowKey is what consecutive changes must share to go into one commit.
@@ -304,7 +305,7 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 	}
 	needRemote := w.store == nil || w.stale || len(w.plans) > 0
 	for _, g := range w.gates {
-		if g.state == gateOpen || len(g.held) == 0 {
+		if g.state == gateOpen {
 			continue
 		}
 		needRemote = true
@@ -420,6 +421,10 @@ func (w *Worker) acceptAll(q []submission) {
 func (w *Worker) accept(s submission) {
 	if s.forget {
 		w.forgetGate(s.targetPath)
+		return
+	}
+	if s.prepare {
+		w.gateFor(s.targetPath)
 		return
 	}
 	if s.close != nil {
