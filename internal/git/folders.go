@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -321,86 +322,167 @@ func (w *Worker) refuseGate(g *folderGate, tree plumbing.Hash, err *FolderRefuse
 	}
 }
 
-// scanFolder runs the analyzer over folder p, whose tree is tree, reading the blobs the working
-// store lacks from a fetch of those blobs alone.
+// blobBatch is how many blobs one fetch of a folder check asks for. The check holds one batch
+// at a time, so its memory is bounded by a batch (about 2,048 manifests of a few KB), not by
+// the folder: a 100,000-file folder is read in 49 requests.
+const blobBatch = 2048
+
+// scanFolder runs the analyzer over folder p, whose tree is tree. The blobs the working store
+// lacks are fetched by id, a batch at a time, as the analyzer reaches them (blobLoader).
 func (w *Worker) scanFolder(ctx context.Context, tree plumbing.Hash, p string) error {
-	missing, err := w.missingBlobs(tree)
-	if err != nil {
+	l := &blobLoader{w: w, ctx: ctx, folder: p, batchOf: map[plumbing.Hash]int{}, cur: -1}
+	if err := l.plan(tree); err != nil {
 		return err
 	}
-	var extra *memory.Storage
-	if len(missing) > 0 {
-		extra = memory.NewStorage()
-		err := w.fetchBlobs(ctx, extra, missing)
-		if err == nil {
-			w.opts.Metrics.folderFetched(folderFetchBlobs)
-		} else {
-			if ctx.Err() != nil {
-				return err
-			}
-			w.log.Warn("the remote did not serve the folder's files by id; reading them from a fetch of the whole branch tip instead",
-				"folder", p, "files", len(missing), "err", w.redact(err))
-			extra = memory.NewStorage()
-			if _, err := w.fetchInto(ctx, extra, plumbing.ZeroHash, 1, true); err != nil {
-				return fmt.Errorf("fetch the branch tip with its files: %w", err)
-			}
-			w.opts.Metrics.folderFetched(folderFetchFull)
-		}
-		for _, h := range missing {
-			if extra.HasEncodedObject(h) != nil {
-				return fmt.Errorf("the remote did not send blob %s of the folder (the branch moved?); checking again", h)
-			}
-		}
-	}
-	t, err := object.GetTree(overlayStore{EncodedObjectStorer: w.store, extra: extra}, tree)
+	t, err := object.GetTree(overlayStore{EncodedObjectStorer: w.store, loader: l}, tree)
 	if err != nil {
 		return fmt.Errorf("read folder %q: %w", p, err)
 	}
-	return checkTree(ctx, t, p)
+	err = checkTree(ctx, t, p)
+	if l.err != nil {
+		// A file the analyzer could not read for lack of its blob is no finding: the check
+		// failed, and is retried.
+		return l.err
+	}
+	return err
 }
 
-// missingBlobs lists the blobs below tree that the working store lacks.
-func (w *Worker) missingBlobs(tree plumbing.Hash) ([]plumbing.Hash, error) {
-	tb := w.builder()
-	var out []plumbing.Hash
-	seen := map[plumbing.Hash]bool{}
-	stack := []plumbing.Hash{tree}
-	for len(stack) > 0 {
-		h := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
+// blobLoader fetches the blobs of a folder the working store lacks, in batches of blobBatch in
+// the order the analyzer reads them (fs.WalkDir: by name, folder by folder), keeping only the
+// current batch. A server that refuses blob ids is read once with a depth-1 fetch of the tip
+// with every blob instead (full).
+type blobLoader struct {
+	w      *Worker
+	ctx    context.Context
+	folder string
+	// batches of the manifests' blobs, in reading order; batchOf says where each is.
+	batches [][]plumbing.Hash
+	batchOf map[plumbing.Hash]int
+	cur     int
+	store   *memory.Storage // the current batch
+	full    *memory.Storage // after the fallback: the whole tip
+	err     error           // the first failure; the check fails with it
+}
+
+// plan lists the blobs below tree that the working store lacks. The manifests (.yaml, .yml,
+// .json: what the analyzer reads) are batched; any other file is fetched alone if it is read.
+func (l *blobLoader) plan(tree plumbing.Hash) error {
+	tb := l.w.builder()
+	var order []plumbing.Hash
+	var walk func(h plumbing.Hash) error
+	walk = func(h plumbing.Hash) error {
 		t, err := tb.tree(h)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for i, e := range t.ents {
-			sub := t.hashAt(i)
+		idx := make([]int, len(t.ents))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(a, b int) int { return strings.Compare(string(t.ents[a].name), string(t.ents[b].name)) })
+		for _, i := range idx {
+			e, sub := t.ents[i], t.hashAt(i)
 			switch {
-			case seen[sub] || e.mode == filemode.Submodule:
+			case e.mode == filemode.Submodule:
 			case e.mode == filemode.Dir:
-				stack = append(stack, sub)
-			case w.store.HasEncodedObject(sub) != nil:
-				out = append(out, sub)
+				if err := walk(sub); err != nil {
+					return err
+				}
+			case !isManifestName(string(e.name)):
+			case l.w.store.HasEncodedObject(sub) == nil:
+			default:
+				if _, ok := l.batchOf[sub]; !ok {
+					l.batchOf[sub] = len(order) / l.w.gateBatch
+					order = append(order, sub)
+				}
 			}
-			seen[sub] = true
 		}
+		return nil
 	}
-	return out, nil
+	if err := walk(tree); err != nil {
+		return err
+	}
+	for len(order) > 0 {
+		n := min(l.w.gateBatch, len(order))
+		l.batches = append(l.batches, order[:n:n])
+		order = order[n:]
+	}
+	return nil
 }
 
-// overlayStore reads objects from extra (when set) first, then from the working store, and
-// writes to the working store (a scan writes nothing).
+// isManifestName reports whether the analyzer reads a file of that name.
+func isManifestName(name string) bool {
+	switch path.Ext(name) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// blob returns blob h, fetching its batch (or it alone) when it is not at hand.
+func (l *blobLoader) blob(h plumbing.Hash) (plumbing.EncodedObject, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	if l.full != nil {
+		return l.full.EncodedObject(plumbing.BlobObject, h)
+	}
+	i, batched := l.batchOf[h]
+	if !batched || i != l.cur {
+		wants := []plumbing.Hash{h}
+		if batched {
+			wants = l.batches[i]
+		}
+		store := memory.NewStorage()
+		l.store = nil // the previous batch is not needed any more
+		if err := l.w.fetchBlobs(l.ctx, store, wants); err != nil {
+			if l.ctx.Err() != nil {
+				l.err = err
+				return nil, err
+			}
+			l.w.log.Warn("the remote did not serve the folder's files by id; reading them from a fetch of the whole branch tip instead",
+				"folder", l.folder, "err", l.w.redact(err))
+			full := memory.NewStorage()
+			if _, err := l.w.fetchInto(l.ctx, full, plumbing.ZeroHash, 1, true); err != nil {
+				l.err = fmt.Errorf("fetch the branch tip with its files: %w", err)
+				return nil, l.err
+			}
+			l.w.opts.Metrics.folderFetched(folderFetchFull)
+			l.full = full
+			return l.blob(h)
+		}
+		l.w.opts.Metrics.folderFetched(folderFetchBlobs)
+		if batched {
+			l.store, l.cur = store, i
+		} else {
+			obj, err := store.EncodedObject(plumbing.BlobObject, h)
+			if err != nil {
+				l.err = fmt.Errorf("the remote did not send blob %s of the folder (the branch moved?); checking again", h)
+			}
+			return obj, l.err
+		}
+	}
+	obj, err := l.store.EncodedObject(plumbing.BlobObject, h)
+	if err != nil {
+		l.err = fmt.Errorf("the remote did not send blob %s of the folder (the branch moved?); checking again", h)
+		return nil, l.err
+	}
+	return obj, nil
+}
+
+// overlayStore reads the blobs the working store lacks through loader, everything else from
+// the working store, to which it writes (a scan writes nothing).
 type overlayStore struct {
 	storer.EncodedObjectStorer
-	extra *memory.Storage
+	loader *blobLoader
 }
 
 func (o overlayStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	if o.extra != nil {
-		if obj, err := o.extra.EncodedObject(t, h); err == nil {
-			return obj, nil
-		}
+	obj, err := o.EncodedObjectStorer.EncodedObject(t, h)
+	if err == nil || (t != plumbing.BlobObject && t != plumbing.AnyObject) {
+		return obj, err
 	}
-	return o.EncodedObjectStorer.EncodedObject(t, h)
+	return o.loader.blob(h)
 }
 
 // errNotAFolder: a GitTarget's folder, or a folder above it, is a file on the branch.

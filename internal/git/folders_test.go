@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -299,7 +300,7 @@ func TestRouterFolderGate(t *testing.T) {
 	prod := r.TargetStatus(tenants)
 	require.Nil(t, prod.FolderRefused)
 	require.NotEmpty(t, prod.FolderTree)
-	require.InDelta(t, 2, gateFetches(m, folderFetchBlobs), 0, "one fetch per folder")
+	require.InDelta(t, 1, gateFetches(m, folderFetchBlobs), 0, "one fetch for prod; the analyzer reads no file of staging (a kustomization is refused by its name)")
 
 	// Leaving the refused folder drops what was held for it.
 	r.Unroute(otherTgt, true)
@@ -311,7 +312,7 @@ func TestRouterFolderGate(t *testing.T) {
 	r.Deliver(by("alice", "a3", cmChange(watch.OpUpdate, "demo", "app", "v2")))
 	require.Eventually(t, func() bool { return r.TargetStatus(tenants).LastCommit != prod.LastCommit }, 20*time.Second, 10*time.Millisecond)
 	require.InDelta(t, 1, gateMetrics(m, folderCheckKnown), 0)
-	require.InDelta(t, 2, gateFetches(m, folderFetchBlobs), 0, "nothing fetched for a folder kubescribe left as it is")
+	require.InDelta(t, 1, gateFetches(m, folderFetchBlobs), 0, "nothing fetched for a folder kubescribe left as it is")
 
 	// After a restart, the record comes back from the GitTarget's status.
 	r2 := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Metrics: m})
@@ -328,7 +329,7 @@ func TestRouterFolderGate(t *testing.T) {
 	r2.Deliver(by("alice", "a4", cmChange(watch.OpUpdate, "demo", "app", "v3")))
 	require.Eventually(t, func() bool { return r2.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
 	require.InDelta(t, 2, gateMetrics(m, folderCheckKnown), 0)
-	require.InDelta(t, 2, gateFetches(m, folderFetchBlobs), 0)
+	require.InDelta(t, 1, gateFetches(m, folderFetchBlobs), 0)
 }
 
 // A folder a GitTarget is routed to is checked before any change for it arrives, so the refusal
@@ -349,4 +350,27 @@ func TestPreparedFolderIsCheckedBeforeChanges(t *testing.T) {
 	require.InDelta(t, 1, gateMetrics(opts.Metrics, folderCheckKnown), 0, "the folder is gone: nothing to read")
 	require.InDelta(t, 1, gateMetrics(opts.Metrics, folderCheckRefused), 0)
 	require.NoError(t, tw.stop(t))
+}
+
+// A large folder is read a batch of blobs at a time, in the order the analyzer reads its files;
+// files the analyzer does not read (README.md, a kustomization) are not fetched at all.
+func TestFolderCheckFetchesInBatches(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	files := map[string]string{"clusters/prod/README.md": "hello\n"}
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		files["clusters/prod/demo/core/configmaps/"+name+".yaml"] = strings.ReplaceAll(adoptableConfigMap, "existing", name)
+	}
+	pushFiles(t, url, files)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.gateBatch = 2
+	tw.start(t)
+	tw.Submit("clusters/prod", by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "v1")))
+	tw.waitPushed(t)
+	require.NoError(t, tw.stop(t))
+	require.InDelta(t, 1, gateMetrics(opts.Metrics, folderCheckAdoptable), 0)
+	require.InDelta(t, 3, gateFetches(opts.Metrics, folderFetchBlobs), 0, "5 manifests in batches of 2; README.md is not read")
+	require.Len(t, gitLog(t, gitDir, "main", "%s"), 2)
 }

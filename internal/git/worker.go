@@ -146,6 +146,7 @@ type Worker struct {
 	finalTimeout time.Duration
 	compactEvery int                             // compactSlack
 	gateRecheck  time.Duration                   // defaultGateRecheck
+	gateBatch    int                             // blobBatch
 	pushFn       func(ctx context.Context) error // pushes the local branch; pushOnce
 
 	running atomic.Bool
@@ -205,6 +206,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		compactEvery: compactSlack,
 		compactBytes: compactBytes,
 		gateRecheck:  defaultGateRecheck,
+		gateBatch:    blobBatch,
 		trees:        newTreeCache(),
 		gates:        map[string]*folderGate{},
 		refusals:     map[string]*FolderRefusedError{},

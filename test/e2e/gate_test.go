@@ -27,10 +27,11 @@ func TestGateRefusesHelmChartUntilFixed(t *testing.T) {
 	local := t.TempDir()
 	gitCLI(t, local, "init", "-q", "-b", "main")
 	files := map[string]string{
-		"clusters/gate/web/Chart.yaml":            "apiVersion: v2\nname: web\nversion: 0.1.0\n",
-		"clusters/gate/web/templates/config.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n",
-		"clusters/gate/README.md":                 "the gate e2e test\n",
-		"clusters/other/" + ns + "/core/x/y.yaml": "not: an object\n",
+		"clusters/gate/web/Chart.yaml":                         "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"clusters/gate/web/templates/config.yaml":              "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n",
+		"clusters/gate/README.md":                              "the gate e2e test\n",
+		"clusters/gate/" + ns + "/core/configmaps/before.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: before\n  namespace: " + ns + "\ndata:\n  k: v\n",
+		"clusters/other/" + ns + "/core/x/y.yaml":              "not: an object\n",
 	}
 	for p, content := range files {
 		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(local, p)), 0o755))
