@@ -10,6 +10,29 @@ const (
 	// entry of their rules resolved to a resource the cluster serves, False when some or all
 	// did not (the message names each rules[i] entry and why).
 	ConditionResourcesResolved string = "ResourcesResolved"
+
+	// ConditionSourceClusterReachable is set on GitTargets with spec.sourceCluster: True when
+	// the remote cluster's apiserver answered discovery with the kubeconfig's identity, False
+	// when it did not (reason Unreachable, Unauthorized or Forbidden).
+	ConditionSourceClusterReachable string = "SourceClusterReachable"
+)
+
+// Reasons of the SourceClusterReachable condition.
+const (
+	// ReasonReachable: the remote apiserver answered.
+	ReasonReachable string = "Reachable"
+
+	// ReasonUnreachable: no answer (connection refused, DNS, timeout, TLS verification failed,
+	// an unexpected server error).
+	ReasonUnreachable string = "Unreachable"
+
+	// ReasonUnauthorized: the remote apiserver did not authenticate the kubeconfig's
+	// credentials (HTTP 401).
+	ReasonUnauthorized string = "Unauthorized"
+
+	// ReasonForbidden: the remote apiserver authenticated the identity but refused it
+	// discovery (HTTP 403).
+	ReasonForbidden string = "Forbidden"
 )
 
 // Reasons of the ResourcesResolved condition.
@@ -60,9 +83,29 @@ const (
 	// Ready.
 	ReasonTargetNotReady string = "TargetNotReady"
 
-	// ReasonSourceClusterUnsupported: a GitTarget sets spec.sourceCluster, which this release
-	// reserves but does not support yet.
-	ReasonSourceClusterUnsupported string = "SourceClusterUnsupported"
+	// ReasonKubeConfigExecPlugin: a GitTarget's kubeconfig runs an exec or auth-provider
+	// plugin, refused unless kubescribe runs with --allow-remote-kubeconfig-exec.
+	ReasonKubeConfigExecPlugin string = "KubeConfigExecPlugin"
+
+	// ReasonKubeConfigInsecure: a GitTarget's kubeconfig sets insecure-skip-tls-verify or names
+	// a plain http:// server, refused unless kubescribe runs with
+	// --allow-remote-kubeconfig-insecure.
+	ReasonKubeConfigInsecure string = "KubeConfigInsecure"
+
+	// ReasonKubeConfigFileReference: a GitTarget's kubeconfig refers to a file
+	// (certificate-authority, client-certificate, client-key, tokenFile): it must carry
+	// everything inline. Always refused.
+	ReasonKubeConfigFileReference string = "KubeConfigFileReference"
+
+	// ReasonSourceClusterConflict: a GitTarget's spec.sourceCluster.auditRoute is already used
+	// by GitTargets with a different kubeconfig, or is the route of the cluster kubescribe runs
+	// in (--cluster-name). One audit route names one cluster.
+	ReasonSourceClusterConflict string = "SourceClusterConflict"
+
+	// ReasonSourceClusterUnreachable: a GitTarget's remote cluster does not answer, or refuses
+	// the kubeconfig's identity; the condition SourceClusterReachable says how. Its watches keep
+	// retrying and mirroring resumes when the cluster answers again.
+	ReasonSourceClusterUnreachable string = "SourceClusterUnreachable"
 
 	// ReasonNoResourcesMatched: a WatchRule's or ClusterWatchRule's rules resolve to no
 	// resource the cluster serves (also the reason of ResourcesResolved=False then).

@@ -102,19 +102,19 @@ func TestGitProviderSpecGetAuthorEmailDomain(t *testing.T) {
 	}
 }
 
-func TestSourceClusterKubeConfigKey(t *testing.T) {
+func TestSourceClusterKubeConfigKeys(t *testing.T) {
 	tests := []struct {
 		name string
 		sc   *v1alpha1.SourceCluster
-		want string
+		want []string
 	}{
-		{name: "nil", sc: nil, want: "kubeconfig"},
-		{name: "key unset", sc: &v1alpha1.SourceCluster{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote"}}, want: "kubeconfig"},
-		{name: "key set", sc: &v1alpha1.SourceCluster{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote", Key: "value"}}, want: "value"},
+		{name: "nil", sc: nil, want: []string{"value", "value.yaml"}},
+		{name: "key unset", sc: &v1alpha1.SourceCluster{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote"}}, want: []string{"value", "value.yaml"}},
+		{name: "key set", sc: &v1alpha1.SourceCluster{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote", Key: "config"}}, want: []string{"config"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, tt.sc.KubeConfigKey())
+			require.Equal(t, tt.want, tt.sc.KubeConfigKeys())
 		})
 	}
 }

@@ -4,9 +4,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DefaultKubeConfigKey is the Secret key read for a source cluster's kubeconfig when
-// spec.sourceCluster.kubeConfigSecretRef.key is empty.
-const DefaultKubeConfigKey = "kubeconfig"
+// DefaultKubeConfigKeys are the Secret keys read, in this order, for a source cluster's
+// kubeconfig when spec.sourceCluster.kubeConfigSecretRef.key is empty: the first one present is
+// used. "value" is the key Cluster API writes its <cluster>-kubeconfig Secrets with.
+var DefaultKubeConfigKeys = []string{"value", "value.yaml"}
 
 // GitTargetSpec describes where in a GitProvider's repository objects are written.
 type GitTargetSpec struct {
@@ -41,9 +42,12 @@ type GitTargetSpec struct {
 	Path string `json:"path,omitempty"`
 
 	// SourceCluster makes the target mirror a remote cluster, reached with a kubeconfig from a
-	// Secret, instead of the cluster kubescribe runs in. Reserved for a later release: while it
-	// is not supported, a GitTarget that sets it is reported Ready=False with reason
-	// SourceClusterUnsupported and nothing is mirrored into it.
+	// Secret, instead of the cluster kubescribe runs in. The WatchRules and ClusterWatchRules of
+	// the target resolve against that cluster's API discovery and watch it; their authors come
+	// from the audit events its apiserver posts to /audit/<auditRoute>. A kubeconfig with an
+	// exec or auth-provider plugin, insecure-skip-tls-verify (or a plain http:// server) or a
+	// reference to a file is refused; the condition SourceClusterReachable says whether the
+	// cluster answers.
 	// +optional
 	SourceCluster *SourceCluster `json:"sourceCluster,omitempty"`
 }
@@ -51,7 +55,9 @@ type GitTargetSpec struct {
 // SourceCluster identifies a remote cluster whose objects a GitTarget mirrors.
 type SourceCluster struct {
 	// KubeConfigSecretRef names the Secret, in the GitTarget's namespace, and the key in it that
-	// holds the kubeconfig for the remote cluster. The key defaults to "kubeconfig".
+	// holds the kubeconfig for the remote cluster. Without a key, "value" is read, else
+	// "value.yaml". The kubeconfig must hold everything inline (certificate-authority-data,
+	// client-certificate-data, client-key-data, token): it is never written to disk.
 	// +required
 	KubeConfigSecretRef SecretKeyReference `json:"kubeConfigSecretRef"`
 
@@ -157,13 +163,13 @@ type GitTargetList struct {
 	Items []GitTarget `json:"items"`
 }
 
-// KubeConfigKey returns the Secret key holding the kubeconfig: kubeConfigSecretRef.key, or
-// DefaultKubeConfigKey when it is empty.
-func (s *SourceCluster) KubeConfigKey() string {
+// KubeConfigKeys returns the Secret keys that may hold the kubeconfig, in the order they are
+// tried: kubeConfigSecretRef.key alone when set, else DefaultKubeConfigKeys.
+func (s *SourceCluster) KubeConfigKeys() []string {
 	if s == nil || s.KubeConfigSecretRef.Key == "" {
-		return DefaultKubeConfigKey
+		return append([]string(nil), DefaultKubeConfigKeys...)
 	}
-	return s.KubeConfigSecretRef.Key
+	return []string{s.KubeConfigSecretRef.Key}
 }
 
 // Destination returns the destination the spec asks for, to compare with

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -103,6 +104,10 @@ func New(opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the metadata client: %w", err)
+	}
 	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
 	if err != nil {
 		return nil, fmt.Errorf("creating the discovery client: %w", err)
@@ -153,6 +158,10 @@ func New(opts Options) (_ *App, err error) {
 		Registerer:       opts.Registry,
 		Verdicts:         verdicts,
 		CommitRequestTTL: opts.CommitRequestTTL,
+
+		Metadata:                      meta,
+		AllowRemoteKubeconfigExec:     opts.AllowRemoteKubeconfigExec,
+		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
 	})
 	if err != nil {
 		return nil, err

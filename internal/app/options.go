@@ -93,6 +93,12 @@ type Options struct {
 	DiscoveryRefresh time.Duration
 	// ControllerWorkers is the number of reconcile workers.
 	ControllerWorkers int
+	// AllowRemoteKubeconfigExec accepts GitTarget kubeconfigs (spec.sourceCluster) that run an
+	// exec or auth-provider plugin; refused by default.
+	AllowRemoteKubeconfigExec bool
+	// AllowRemoteKubeconfigInsecure accepts GitTarget kubeconfigs with insecure-skip-tls-verify
+	// or an http:// server; refused by default.
+	AllowRemoteKubeconfigInsecure bool
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -51,7 +51,15 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 			req.invalid = fmt.Sprintf("namespaceSelector: %v", err)
 			break
 		}
-		req.namespaces = c.selectNamespaces(sel)
+		if route, remote := c.remoteTarget(req.target); remote {
+			// The Namespace informer watches the cluster kubescribe runs in: ask the remote.
+			if req.namespaces, err = c.remoteNamespaces(route, sel); err != nil {
+				req.failed = err.Error()
+				break
+			}
+		} else {
+			req.namespaces = c.selectNamespaces(sel)
+		}
 		req.scope = fmt.Sprintf("in the namespaces matching %q: [%s]", sel.String(), strings.Join(req.namespaces, ", "))
 	case len(r.Spec.Namespaces) > 0:
 		req.namespaces = slices.Sorted(slices.Values(r.Spec.Namespaces))

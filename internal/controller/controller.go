@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +24,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -36,8 +37,8 @@ import (
 // FieldManager is the field manager of every write the controller makes.
 const FieldManager = "kubescribe"
 
-// Periodic re-checks. Provider credentials are read with a GET rather than a Secret informer
-// (which would need list/watch on every Secret), so a rotated Secret is picked up on this timer.
+// Periodic re-checks. Secrets are read with a GET when needed; a metadata-only watch of Secrets
+// (Options.Metadata) re-enqueues their GitProviders and GitTargets as soon as they change.
 const (
 	providerRecheck = 5 * time.Minute
 	targetRecheck   = time.Minute
@@ -50,9 +51,9 @@ type Options struct {
 	// Client reaches the cluster kubescribe runs in (the config plane: CRDs and Secrets).
 	Client dynamic.Interface
 	Kube   kubernetes.Interface
-	// Sources holds the source clusters; WatchRules are resolved and watched in the entry
-	// named Cluster. Today that is the cluster kubescribe runs in; remote source clusters are a
-	// later feature.
+	// Sources holds the source clusters. A rule is resolved and watched in the entry of its
+	// GitTarget's cluster: Cluster (the cluster kubescribe runs in), or the remote cluster the
+	// controller registers under spec.sourceCluster.auditRoute.
 	Sources *watch.Registry
 	// Cluster is the audit route of the source cluster.
 	Cluster string
@@ -71,6 +72,18 @@ type Options struct {
 	CommitRequestTTL time.Duration
 	// Registerer, when set, receives the controller's metrics.
 	Registerer prometheus.Registerer
+
+	// Metadata, when set, watches the metadata of Secrets (never their data), so that a
+	// GitTarget whose kubeconfig Secret changes or goes is reconciled at once; without it the
+	// Secret is read at each reconcile.
+	Metadata metadata.Interface
+	// AllowRemoteKubeconfigExec accepts kubeconfigs of remote source clusters that run an exec
+	// or auth-provider plugin; AllowRemoteKubeconfigInsecure accepts insecure-skip-tls-verify
+	// and http:// servers. Both are refused by default.
+	AllowRemoteKubeconfigExec, AllowRemoteKubeconfigInsecure bool
+	// NewSourceClients builds the clients of a remote source cluster; NewSourceClients by
+	// default. Test seam.
+	NewSourceClients func(*rest.Config) (SourceClients, error)
 }
 
 type kind string
@@ -106,6 +119,12 @@ type Controller struct {
 	providers map[types.NamespacedName]*git.Remote // last settings that passed a check
 	// providerReady holds the providers whose latest check passed.
 	providerReady map[types.NamespacedName]bool
+
+	// sources are the remote source clusters GitTargets use (sourcecluster.go); secrets watches
+	// Secret metadata for them (nil without Options.Metadata).
+	sources      sourceState
+	secrets      cache.SharedIndexInformer
+	sourceBuilds *prometheus.CounterVec
 }
 
 // New returns a Controller.
@@ -126,11 +145,15 @@ func New(opts Options) (*Controller, error) {
 	if opts.ProbeRemote == nil {
 		opts.ProbeRemote = git.Probe
 	}
+	if opts.NewSourceClients == nil {
+		opts.NewSourceClients = NewSourceClients
+	}
 	c := &Controller{
 		opts:          opts,
 		log:           opts.Logger,
 		providers:     map[types.NamespacedName]*git.Remote{},
 		providerReady: map[types.NamespacedName]bool{},
+		sources:       sourceState{entries: map[string]*sourceEntry{}},
 	}
 	// Per-object exponential backoff, 1s up to 5m: a failing object (an unreachable repository)
 	// is retried patiently without starving the others.
@@ -145,6 +168,17 @@ func New(opts Options) (*Controller, error) {
 		if err != nil {
 			return nil, fmt.Errorf("controller: registering metrics: %w", err)
 		}
+		c.sourceBuilds = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_source_cluster_client_builds_total",
+			Help: "Clients built for a remote source cluster from its kubeconfig Secret, by cluster (audit route): once when it is first used, once per change of the kubeconfig's content.",
+		}, []string{"cluster"})
+		if err := opts.Registerer.Register(c.sourceBuilds); err != nil {
+			return nil, fmt.Errorf("controller: registering metrics: %w", err)
+		}
+	}
+	var err error
+	if c.secrets, err = c.newSecretWatch(); err != nil {
+		return nil, fmt.Errorf("controller: watching Secret metadata: %w", err)
 	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 0)
 	c.informers = map[kind]cache.SharedIndexInformer{
@@ -183,6 +217,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 
 	c.factory.Start(ctx.Done())
+	if c.secrets != nil {
+		go c.secrets.RunWithContext(ctx)
+	}
 	for k, inf := range c.informers {
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			if ctx.Err() != nil {
@@ -247,8 +284,8 @@ func (c *Controller) followSources(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-c.opts.Sources.Updates():
-			if slices.Contains(c.opts.Sources.Changed(), c.opts.Cluster) {
-				c.log.Debug("discovery catalog changed; re-evaluating every rule", "cluster", c.opts.Cluster)
+			if changed := c.opts.Sources.Changed(); len(changed) > 0 {
+				c.log.Debug("discovery catalog changed; re-evaluating every rule", "clusters", changed)
 				c.enqueueAll(kindRule)
 				c.enqueueAll(kindClusterRule)
 			}

@@ -28,6 +28,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	if !exists {
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)
+		c.releaseSource(name, "")
 		c.enqueueAllTargets() // one refused for overlapping this one may write now
 		return nil
 	}
@@ -38,9 +39,11 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 			Branch: od.Branch, Path: od.Path, Tree: t.Status.FolderTree})
 	}
 	ready, reason, msg := c.routeTarget(name, &t)
+	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
 	if ready {
-		t.Status.ObservedDestination = &v1alpha1.Destination{Branch: t.Spec.Branch, Path: t.Spec.Path}
+		dest := t.Spec.Destination() // with spec.sourceCluster's route
+		t.Status.ObservedDestination = &dest
 		if st.FolderRefused != nil {
 			ready, reason = false, v1alpha1.ReasonFolderNotAdoptable
 			msg = fmt.Sprintf("%v; nothing is committed for this GitTarget, its changes are held until the folder is fixed (checked again when branch %q moves; `kubescribe scan` gives the same answer)", st.FolderRefused, st.Branch)
@@ -78,9 +81,8 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 		c.opts.Router.Unroute(name, false)
 		return false, reason, msg
 	}
-	if t.Spec.SourceCluster != nil {
-		return unroute(v1alpha1.ReasonSourceClusterUnsupported,
-			"spec.sourceCluster is not supported by this version of kubescribe: remove it to mirror the cluster kubescribe runs in")
+	if ref := c.useSourceCluster(name, t); ref != nil {
+		return unroute(ref.reason, ref.msg)
 	}
 	providerName := types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}
 	var p v1alpha1.GitProvider

@@ -32,7 +32,7 @@ func TestSyncTarget(t *testing.T) {
 		wantDest   *v1alpha1.Destination
 	}{
 		{
-			name: "source cluster unsupported",
+			name: "source cluster kubeconfig Secret missing",
 			target: newTarget("web", "git", "main", "", func(t *v1alpha1.GitTarget) {
 				t.Spec.SourceCluster = &v1alpha1.SourceCluster{
 					KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote-kubeconfig"},
@@ -41,8 +41,8 @@ func TestSyncTarget(t *testing.T) {
 			}),
 			provider:   newProvider("git", bareRepo),
 			wantStatus: metav1.ConditionFalse,
-			wantReason: v1alpha1.ReasonSourceClusterUnsupported,
-			wantMsg:    []string{"spec.sourceCluster"},
+			wantReason: v1alpha1.ReasonSecretNotFound,
+			wantMsg:    []string{`Secret "remote-kubeconfig"`, `cluster "edge"`},
 		},
 		{
 			name:       "provider not found",

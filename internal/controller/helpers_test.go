@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/attribution"
@@ -330,6 +331,8 @@ type fixtureConfig struct {
 	workers int
 	// sourceGate, when set, delays the first List of configmaps by the watch streams.
 	sourceGate <-chan struct{}
+	// sourceClients, when set, builds the clients of remote source clusters.
+	sourceClients func(*rest.Config) (SourceClients, error)
 }
 
 type fixture struct {
@@ -416,6 +419,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		Router:      f.router,
 		ProbeRemote: f.probe.probe,
 		Logger:      log,
+
+		NewSourceClients: cfg.sourceClients,
 	})
 	require.NoError(t, err)
 	f.c = c

@@ -49,9 +49,15 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 	return nil
 }
 
-func (c *Controller) removeOwner(owner string) {
-	if source := c.opts.Sources.Cluster(c.opts.Cluster); source != nil {
-		source.Remove(owner)
+// removeOwner removes owner's streams from every source cluster but keep (when set).
+func (c *Controller) removeOwner(owner string, keep ...string) {
+	for _, name := range c.opts.Sources.Names() {
+		if slices.Contains(keep, name) {
+			continue
+		}
+		if source := c.opts.Sources.Cluster(name); source != nil {
+			source.Remove(owner)
+		}
 	}
 }
 
@@ -68,6 +74,8 @@ type ruleRequest struct {
 	scope string
 	// invalid, when set, is why the request cannot be served (an InvalidSpec message).
 	invalid string
+	// failed, when set, is why the request cannot be served now (a WatchFailed message).
+	failed string
 }
 
 // ruleOutcome is how a rule stands: its Ready condition, its ResourcesResolved condition (nil
@@ -95,7 +103,21 @@ func (o ruleOutcome) apply(conds *[]metav1.Condition, generation int64) {
 
 // evaluate starts or stops the streams req asks for and says how the rule stands.
 func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
-	source := c.opts.Sources.Cluster(c.opts.Cluster)
+	// The rule's streams run in the cluster its GitTarget mirrors, and nowhere else.
+	var t v1alpha1.GitTarget
+	exists, err := c.get(kindTarget, req.target, &t)
+	targetFound := err == nil && exists
+	cluster := c.opts.Cluster
+	if targetFound {
+		cluster = c.sourceClusterOf(&t)
+	}
+	c.removeOwner(req.owner, cluster)
+	source := c.opts.Sources.Cluster(cluster)
+	// where names a remote cluster in messages; the local one goes unnamed.
+	where := ""
+	if cluster != c.opts.Cluster {
+		where = fmt.Sprintf(" in cluster %q", cluster)
+	}
 	// stop ends the rule's streams: it mirrors nothing while it is not Ready for this reason.
 	stop := func(reason, msg string, recheck time.Duration) ruleOutcome {
 		if source != nil {
@@ -103,18 +125,20 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		}
 		return ruleOutcome{ready: metav1.ConditionFalse, reason: reason, msg: msg, recheck: recheck}
 	}
-	if source == nil {
-		return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("source cluster %q is not registered", c.opts.Cluster), notReadyRecheck)
-	}
 	if req.invalid != "" {
 		return stop(v1alpha1.ReasonInvalidSpec, req.invalid, 0)
 	}
-	var t v1alpha1.GitTarget
-	if exists, err := c.get(kindTarget, req.target, &t); err != nil || !exists {
+	if !targetFound {
 		return stop(v1alpha1.ReasonTargetNotFound, fmt.Sprintf("GitTarget %q not found in namespace %q", req.target.Name, req.target.Namespace), 0)
 	}
 	if !c.opts.Router.Routed(req.target) {
 		return stop(v1alpha1.ReasonTargetNotReady, fmt.Sprintf("GitTarget %q is not Ready", req.target.Name), 0)
+	}
+	if req.failed != "" {
+		return stop(v1alpha1.ReasonWatchFailed, req.failed, notReadyRecheck)
+	}
+	if source == nil {
+		return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("source cluster %q is not registered", cluster), notReadyRecheck)
 	}
 
 	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
@@ -128,6 +152,9 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 			what = "namespaced resource"
 		}
 		msg := "no " + what + " the cluster serves matches the rules"
+		if where != "" {
+			msg = fmt.Sprintf("no %s cluster %q serves matches the rules", what, cluster)
+		}
 		if unresolved != "" {
 			msg += ": " + unresolved
 		}
@@ -162,10 +189,10 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	list := strings.Join(resources, ", ")
 	if unresolved == "" {
 		out.resolved = &metav1.Condition{Type: v1alpha1.ConditionResourcesResolved, Status: metav1.ConditionTrue,
-			Reason: v1alpha1.ReasonResolved, Message: "resolved to " + list + describeIgnored(res)}
+			Reason: v1alpha1.ReasonResolved, Message: "resolved" + where + " to " + list + describeIgnored(res)}
 	} else {
 		out.resolved = &metav1.Condition{Type: v1alpha1.ConditionResourcesResolved, Status: metav1.ConditionFalse,
-			Reason: v1alpha1.ReasonPartiallyResolved, Message: fmt.Sprintf("resolved to %s; unresolved: %s", list, unresolved)}
+			Reason: v1alpha1.ReasonPartiallyResolved, Message: fmt.Sprintf("resolved%s to %s; unresolved: %s", where, list, unresolved)}
 	}
 	synced, werr := source.Status(req.owner)
 	switch {
@@ -176,10 +203,10 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionUnknown, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", list), progressRecheck
 	case unresolved != "":
 		out.ready, out.reason, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonPartiallyResolved, notReadyRecheck
-		out.msg = fmt.Sprintf("watching %s %s, but some entries resolve to nothing: %s", list, req.scope, unresolved)
+		out.msg = fmt.Sprintf("watching %s %s%s, but some entries resolve to nothing: %s", list, req.scope, where, unresolved)
 	default:
 		out.ready, out.reason, out.recheck = metav1.ConditionTrue, v1alpha1.ReasonReady, targetRecheck
-		out.msg = fmt.Sprintf("watching %s %s", list, req.scope) + describeIgnored(res)
+		out.msg = fmt.Sprintf("watching %s %s%s", list, req.scope, where) + describeIgnored(res)
 	}
 	return out
 }

@@ -309,11 +309,19 @@ func (c *treeCache) commit() {
 type packObject struct {
 	hash plumbing.Hash
 	base plumbing.Hash
+	// patched, for a tree patch wrote, holds the offsets of the entry hashes it replaced in
+	// base's content; everything else is base's content byte for byte, so the delta is known
+	// without comparing the two.
+	patched []int
 }
 
 func (tb treeBuilder) record(h, base plumbing.Hash) {
+	tb.recordPatched(h, base, nil)
+}
+
+func (tb treeBuilder) recordPatched(h, base plumbing.Hash, patched []int) {
 	if tb.created != nil {
-		*tb.created = append(*tb.created, packObject{hash: h, base: base})
+		*tb.created = append(*tb.created, packObject{hash: h, base: base, patched: patched})
 	}
 }
 
@@ -335,7 +343,7 @@ type rawEntry struct {
 func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 
 // parsedTree is a tree's raw content and where its entries are in it. Trees that differ only in
-// the hashes of their entries share ents.
+// the hashes of their entries share ents and index (never written once built).
 type parsedTree struct {
 	raw  []byte
 	ents []treeEntryRef
@@ -535,17 +543,21 @@ func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plu
 		patches = append(patches, hashPatch{off: e.off, h: h})
 	}
 	raw := slices.Clone(t.raw)
-	for _, p := range patches {
+	offsets := make([]int, len(patches))
+	for i, p := range patches {
 		copy(raw[p.off:], p.h[:])
+		offsets[i] = p.off
 	}
 	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, raw))
 	if err != nil {
 		return plumbing.ZeroHash, false, err
 	}
 	if h != tree {
-		tb.record(h, tree)
+		slices.Sort(offsets)
+		tb.recordPatched(h, tree, offsets)
 	}
-	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents})
+	// Same layout: the entries and their name index carry over.
+	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents, index: t.index})
 	return h, true, nil
 }
 

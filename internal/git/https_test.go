@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,13 @@ import (
 // newHTTPSRemote serves a bare repository through `git http-backend` over TLS, behind basic auth.
 // It returns the repository directory, its URL and the server's CA certificate (PEM).
 func newHTTPSRemote(t *testing.T, user, password string) (string, string, []byte) {
+	t.Helper()
+	gitDir, url, ca, _ := newCountingHTTPSRemote(t, user, password)
+	return gitDir, url, ca
+}
+
+// newCountingHTTPSRemote is newHTTPSRemote that also counts the connections clients open.
+func newCountingHTTPSRemote(t *testing.T, user, password string) (string, string, []byte, *atomic.Int64) {
 	t.Helper()
 	root := t.TempDir()
 	gitDir := filepath.Join(root, "repo.git")
@@ -42,10 +51,36 @@ func newHTTPSRemote(t *testing.T, user, password string) (string, string, []byte
 		backend.ServeHTTP(w, r)
 	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // TLS handshake failures are expected in tests
+	conns := new(atomic.Int64)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	return gitDir, srv.URL + "/repo.git", ca
+	return gitDir, srv.URL + "/repo.git", ca, conns
+}
+
+// A worker keeps its HTTPS connections alive from one remote operation to the next: go-git's
+// default client, given a CA bundle, opened (and left idle) a connection per operation.
+func TestHTTPSReusesConnections(t *testing.T) {
+	gitDir, url, ca, conns := newCountingHTTPSRemote(t, "u", "p")
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Credentials = Credentials{Username: "u", Password: "p", CABundle: ca}
+	tw := startWorker(t, opts)
+	const pushes = 5
+	for i := range pushes {
+		tw.Submit("", by("alice", fmt.Sprint("a", i), cmChange(watch.OpCreate, "demo", fmt.Sprint("cfg-", i), "1")))
+		tw.waitPushed(t)
+	}
+	require.NoError(t, tw.stop(t))
+	require.Len(t, gitLog(t, gitDir, "main", "%s"), pushes)
+	// A clone and five pushes opened six connections with go-git's default client; one serves
+	// them now, or two if the server closed one in between.
+	require.LessOrEqual(t, conns.Load(), int64(2), "connections opened")
 }
 
 func TestHTTPSCredentials(t *testing.T) {

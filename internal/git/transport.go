@@ -3,9 +3,12 @@ package git
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -16,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
@@ -36,12 +40,64 @@ func (w *Worker) dial() (transport.Transport, *transport.Endpoint, transport.Aut
 		return nil, nil, nil, errors.New("invalid repository URL")
 	}
 	auth, ca := w.remoteAuth()
-	ep.CaBundle = ca
+	if ep.Protocol == "https" || ep.Protocol == "http" {
+		cl, err := w.webClient(ca)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return cl, ep, auth, nil
+	}
 	cl, err := client.NewClient(ep)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return cl, ep, auth, nil
+}
+
+// webClient is a go-git HTTP client of one worker, for one CA bundle. go-git's default client,
+// given the CA bundle on the endpoint, builds a new http.Transport for every session (and a
+// copy of the system's certificate pool with it): every push made a TLS handshake of its own,
+// and left an idle connection behind until its timeout. The worker's own keeps its
+// connections alive from one operation to the next.
+type webClient struct {
+	ca        []byte
+	transport *http.Transport
+	client    transport.Transport
+}
+
+// webClient returns the worker's HTTP client for ca, built on first use and again when the
+// CA bundle changes (the old one's idle connections are closed).
+func (w *Worker) webClient(ca []byte) (transport.Transport, error) {
+	w.webMu.Lock()
+	defer w.webMu.Unlock()
+	if w.web != nil && bytes.Equal(w.web.ca, ca) {
+		return w.web.client, nil
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if len(ca) > 0 {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(ca) {
+			return nil, errors.New("the CA bundle holds no PEM certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if w.web != nil {
+		w.web.transport.CloseIdleConnections()
+	}
+	w.web = &webClient{ca: bytes.Clone(ca), transport: tr, client: githttp.NewClient(&http.Client{Transport: tr})}
+	return w.web.client, nil
+}
+
+// closeWeb closes the idle connections of the worker's HTTP client.
+func (w *Worker) closeWeb() {
+	w.webMu.Lock()
+	defer w.webMu.Unlock()
+	if w.web != nil {
+		w.web.transport.CloseIdleConnections()
+	}
 }
 
 // branchIn returns the hash the advertisement gives the worker's branch.
@@ -290,11 +346,13 @@ func compactStore(s *memory.Storage, tip plumbing.Hash) (*memory.Storage, error)
 		if err != nil {
 			return nil, fmt.Errorf("read tree %s: %w", h, err)
 		}
-		if _, err := out.SetEncodedObject(obj); err != nil {
-			return nil, err
-		}
 		raw, err := readObject(obj)
 		if err != nil {
+			return nil, err
+		}
+		// Kept as a rawObject, whose content later reads (tree, the next compaction) use
+		// without copying it.
+		if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
 			return nil, err
 		}
 		t, err := parseTree(h, raw)

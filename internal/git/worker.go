@@ -78,7 +78,7 @@ const (
 	compactSlack = 4096
 	// compactBytes is how many bytes of objects the working store may gain before it is
 	// compacted back, whatever their number.
-	compactBytes = 8 << 20
+	compactBytes = 2 << 20
 	// defaultOpTimeout bounds one clone, fetch or push.
 	defaultOpTimeout = 2 * time.Minute
 	// defaultFinalTimeout bounds the last push attempt when Run's context ends.
@@ -139,6 +139,9 @@ type Worker struct {
 	// retired are passwords this worker used before; errors are scrubbed of them too, since
 	// an operation may have started with them.
 	retired []string
+	// web is the worker's HTTP(S) client (transport.go), built for the CA bundle webCA.
+	webMu sync.Mutex
+	web   *webClient
 
 	// Test seams.
 	backoff      func(attempt int) time.Duration
@@ -272,6 +275,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("git: Worker.Run may be called only once")
 	}
 	w.log.Info("git worker started")
+	defer w.closeWeb()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()

@@ -38,7 +38,8 @@ type Change struct {
 	// ResourceVersion is the object's resourceVersion as the watch delivered it.
 	ResourceVersion string
 	Op              Op
-	// Manifest is the declared form as stable YAML; nil for OpDelete.
+	// Manifest is the declared form as stable YAML; nil for OpDelete. Read-only: it shares its
+	// memory with the informer's cached object.
 	Manifest []byte
 	// Observed is when the watch delivered the change.
 	Observed time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -71,10 +72,15 @@ func compactTransform(render Render) cache.TransformFunc {
 	}
 }
 
-// manifestOf returns the declared form a compact object carries.
+// manifestOf returns the declared form a compact object carries, as a read-only view of the
+// cached string rather than a copy: a 10,000-object snapshot would otherwise hold every
+// manifest twice until it is committed.
 func manifestOf(u *unstructured.Unstructured) ([]byte, error) {
 	if m, ok := u.Object[manifestKey].(string); ok {
-		return []byte(m), nil
+		if m == "" {
+			return []byte{}, nil
+		}
+		return unsafe.Slice(unsafe.StringData(m), len(m)), nil
 	}
 	if e, ok := u.Object[renderErrorKey].(string); ok {
 		return nil, errors.New(e)
@@ -118,13 +124,13 @@ func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResourc
 	}
 	lw := &cache.ListWatch{
 		ListFunc: func(options metav1.ListOptions) (runtime.Object, error) {
-			return compactList(res.List(context.Background(), options))
+			return compactList(res.List(context.Background(), paged(options)))
 		},
 		WatchFunc: func(options metav1.ListOptions) (watch.Interface, error) {
 			return compactWatch(res.Watch(context.Background(), options))
 		},
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			return compactList(res.List(ctx, options))
+			return compactList(res.List(ctx, paged(options)))
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			return compactWatch(res.Watch(ctx, options))
@@ -132,4 +138,26 @@ func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResourc
 	}
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
 		&unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
+}
+
+// listPageSize is the page size of the lists paged makes: client-go's pager default.
+const listPageSize = 500
+
+// paged turns the first request of a list into a paginated one. The reflector lists only when
+// the apiserver cannot stream the initial state (watch-list needs etcd's progress requests,
+// which etcd 3.4 lacks); it asks for resourceVersion "0" or the version it last saw, which the
+// apiserver answers from its watch cache in one response, ignoring the limit: 10,000 ConfigMaps
+// are then ~15 MB of JSON and its decoded objects, all held before one is compacted. A
+// paginated read of the latest state (resourceVersion "") is answered page by page, each page
+// compacted before the next is fetched; the reflector watches on from the version it returns,
+// which is never older than the one it asked for. Continuation requests are left as they are.
+func paged(options metav1.ListOptions) metav1.ListOptions {
+	if options.Continue != "" {
+		return options
+	}
+	options.ResourceVersion, options.ResourceVersionMatch = "", ""
+	if options.Limit == 0 || options.Limit > listPageSize {
+		options.Limit = listPageSize
+	}
+	return options
 }

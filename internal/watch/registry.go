@@ -190,6 +190,64 @@ func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discover
 	return c, nil
 }
 
+// ReplaceCluster gives a registered cluster new clients (its kubeconfig changed): the old
+// entry's informers and discovery stop, and a new entry with the new clients takes over the
+// streams its owners want. They resume from their cursors as after a restart. It registers the
+// cluster when it is not registered.
+func (r *Registry) ReplaceCluster(name string, client dynamic.Interface, dc discovery.DiscoveryInterface) (*Cluster, error) {
+	old := r.detach(name)
+	var owners map[string][]StreamSpec
+	if old != nil {
+		old.mu.Lock()
+		owners = old.owners
+		old.mu.Unlock()
+		old.stop()
+	}
+	c, err := r.AddCluster(name, client, dc)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for owner, specs := range owners {
+		c.owners[owner] = specs
+	}
+	c.reconcileLocked()
+	return c, nil
+}
+
+// RemoveCluster stops a cluster's informers and discovery and forgets it; it reports whether
+// the cluster was registered. No change of it is emitted after it returns.
+func (r *Registry) RemoveCluster(name string) bool {
+	c := r.detach(name)
+	if c == nil {
+		return false
+	}
+	c.stop()
+	return true
+}
+
+// detach unregisters a cluster without stopping it.
+func (r *Registry) detach(name string) *Cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clusters[name]
+	delete(r.clusters, name)
+	return c
+}
+
+// Names lists the registered clusters, sorted.
+func (r *Registry) Names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.clusters))
+	for name := range r.clusters {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Cluster returns the entry of a source cluster, or nil.
 func (r *Registry) Cluster(name string) *Cluster {
 	r.mu.Lock()
@@ -290,6 +348,9 @@ func (c *Cluster) Set(owner string, specs []StreamSpec) {
 func (c *Cluster) Remove(owner string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.owners[owner]; !ok {
+		return // nothing changes: rules ask every other cluster to forget them at each evaluation
+	}
 	delete(c.owners, owner)
 	c.reconcileLocked()
 }

@@ -197,3 +197,61 @@ func startCluster(t *testing.T, client dynamic.Interface, opts RegistryOptions) 
 	t.Cleanup(func() { reg.Stop(); cancel() })
 	return m, changes
 }
+
+// TestReplaceAndRemoveCluster: a cluster whose clients are replaced (a rotated kubeconfig)
+// keeps its owners' streams, now fed by the new clients; a removed cluster stops emitting and
+// is forgotten.
+func TestReplaceAndRemoveCluster(t *testing.T) {
+	listKinds := map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}
+	before := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds,
+		configMap("old", "1", map[string]any{"a": "1"}))
+	after := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds,
+		configMap("new", "1", map[string]any{"b": "1"}))
+	changes := make(chan Change, 64)
+	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { reg.Stop(); cancel() })
+	reg.Start(ctx)
+	_, err = reg.AddCluster("local", dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), fakeDiscovery())
+	require.NoError(t, err)
+	edge, err := reg.AddCluster("edge", before, fakeDiscovery())
+	require.NoError(t, err)
+	require.Equal(t, []string{"edge", "local"}, reg.Names())
+
+	target := types.NamespacedName{Namespace: "demo", Name: "target"}
+	edge.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	c := nextChange(t, changes)
+	require.Equal(t, "old", c.Name)
+	require.Equal(t, "edge", c.Cluster)
+
+	replaced, err := reg.ReplaceCluster("edge", after, fakeDiscovery())
+	require.NoError(t, err)
+	require.Same(t, replaced, reg.Cluster("edge"))
+	c = nextChange(t, changes)
+	require.Equal(t, "new", c.Name, "the owner's stream runs on the new clients")
+	require.Eventually(t, func() bool { ok, _ := replaced.Status("demo/rule"); return ok }, 5*time.Second, 10*time.Millisecond)
+	// The old clients are no longer watched.
+	_, err = before.Resource(configMaps).Namespace("demo").Create(ctx, configMap("ignored", "2", nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	require.True(t, reg.RemoveCluster("edge"))
+	require.False(t, reg.RemoveCluster("edge"))
+	require.Nil(t, reg.Cluster("edge"))
+	require.Equal(t, []string{"local"}, reg.Names())
+	_, err = after.Resource(configMaps).Namespace("demo").Create(ctx, configMap("late", "2", nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+	// Everything emitted so far came from the new clients before the removal: drain and check.
+	for {
+		select {
+		case c := <-changes:
+			require.NotContains(t, []string{"ignored", "late"}, c.Name, "change %+v emitted after its clients were replaced or removed", c)
+			continue
+		default:
+		}
+		break
+	}
+	replaced.mu.Lock()
+	require.Empty(t, replaced.informers)
+	replaced.mu.Unlock()
+}

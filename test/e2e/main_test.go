@@ -53,6 +53,9 @@ func run(m *testing.M) int {
 		env.DumpLogs(os.Stderr, 60)
 		fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir)
 	}
+	if err := stopRemote(code != 0); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stopping the remote cluster:", err)
+	}
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: stopping the stack:", err)
 		if code == 0 {

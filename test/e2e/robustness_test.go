@@ -198,7 +198,7 @@ func TestMisconfigurationIsReported(t *testing.T) {
 	cond = waitReady(t, v1alpha1.GitProvidersResource, ns, "user-in-url", metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
 	require.NotContains(t, cond.Message, "url-secret-value")
 
-	// A GitTarget on a provider that is not Ready, and one asking for a remote cluster.
+	// A GitTarget on a provider that is not Ready, and one asking for a remote cluster whose kubeconfig Secret does not exist.
 	create(t, v1alpha1.GitTargetsResource, ns, &v1alpha1.GitTarget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "GitTarget"},
 		ObjectMeta: metav1.ObjectMeta{Name: "on-bad-provider", Namespace: ns},
@@ -211,7 +211,7 @@ func TestMisconfigurationIsReported(t *testing.T) {
 		Spec: v1alpha1.GitTargetSpec{ProviderRef: v1alpha1.LocalObjectReference{Name: "late-secret"}, Branch: "main",
 			SourceCluster: &v1alpha1.SourceCluster{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "kc"}, AuditRoute: "prod"}},
 	})
-	waitReady(t, v1alpha1.GitTargetsResource, ns, "remote", metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnsupported)
+	waitReady(t, v1alpha1.GitTargetsResource, ns, "remote", metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound)
 
 	// A WatchRule on a missing target, and one on resources the cluster does not serve.
 	rule := func(name, target string, rules []v1alpha1.ResourceRule) {

@@ -1,0 +1,535 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+// Bounds of the calls a GitTarget with spec.sourceCluster makes while it is reconciled.
+const (
+	secretReadTimeout = 10 * time.Second
+	// sourceProbeTimeout bounds the reachability check of a remote apiserver.
+	sourceProbeTimeout = 5 * time.Second
+)
+
+var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// SourceClients are the clients of one remote source cluster, built from its kubeconfig.
+type SourceClients struct {
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+	// Probe checks that the apiserver answers discovery with the kubeconfig's identity.
+	Probe func(context.Context) error
+}
+
+// NewSourceClients builds the clients of a remote source cluster from its rest config: a
+// dynamic client, a caching discovery client for the watch registry, and a probe that reads
+// discovery uncached.
+func NewSourceClients(cfg *rest.Config) (SourceClients, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return SourceClients{}, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return SourceClients{}, err
+	}
+	probe := func(ctx context.Context) error {
+		// /api, then /apis: both need an authenticated identity (system:discovery), so a
+		// rejected token answers 401 and a identity refused discovery 403.
+		_, err := dc.RESTClient().Get().AbsPath("/api").Do(ctx).Raw()
+		if err == nil {
+			_, err = dc.RESTClient().Get().AbsPath("/apis").Do(ctx).Raw()
+		}
+		return err
+	}
+	return SourceClients{Dynamic: dyn, Discovery: memory.NewMemCacheClient(dc), Probe: probe}, nil
+}
+
+// sourceEntry is one remote source cluster the controller registered with the watch registry,
+// under its audit route, and the GitTargets that use it.
+type sourceEntry struct {
+	route string
+	// hash is the SHA-256 of the kubeconfig the clients were built from. Neither the kubeconfig
+	// nor the Secret is kept.
+	hash   [sha256.Size]byte
+	probe  func(context.Context) error
+	client dynamic.Interface
+	// users are the GitTargets mirroring the cluster, with the Secret each read it from.
+	users map[types.NamespacedName]secretUse
+	// builds counts the clients built for this route (1 + rotations).
+	builds int
+}
+
+// secretUse is where a GitTarget's kubeconfig came from: Secret, key and the resourceVersion it
+// was read at.
+type secretUse struct {
+	secret types.NamespacedName
+	key    string
+	rv     string
+}
+
+// sourceState holds the controller's remote source clusters, by audit route.
+type sourceState struct {
+	mu      sync.Mutex
+	entries map[string]*sourceEntry
+}
+
+// refusal says why a GitTarget's source cluster cannot be used.
+type refusal struct{ reason, msg string }
+
+// sourceClusterOf is the audit route of the cluster a GitTarget mirrors.
+func (c *Controller) sourceClusterOf(t *v1alpha1.GitTarget) string {
+	if t.Spec.SourceCluster != nil {
+		return t.Spec.SourceCluster.AuditRoute
+	}
+	return c.opts.Cluster
+}
+
+// remoteTarget reports whether the GitTarget name mirrors a remote cluster, and its route.
+func (c *Controller) remoteTarget(name types.NamespacedName) (string, bool) {
+	var t v1alpha1.GitTarget
+	exists, err := c.get(kindTarget, name, &t)
+	if err != nil || !exists || t.Spec.SourceCluster == nil {
+		return "", false
+	}
+	return t.Spec.SourceCluster.AuditRoute, true
+}
+
+// remoteNamespaces lists the namespaces of a remote cluster whose labels sel matches, sorted;
+// never nil. The remote's namespaces are read at each evaluation of the rule (not watched), so
+// a relabelled namespace is followed at the rule's next recheck.
+func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]string, error) {
+	c.sources.mu.Lock()
+	e := c.sources.entries[route]
+	var client dynamic.Interface
+	if e != nil {
+		client = e.client
+	}
+	c.sources.mu.Unlock()
+	if client == nil {
+		return nil, fmt.Errorf("source cluster %q is not registered", route)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
+	defer cancel()
+	list, err := client.Resource(namespacesResource).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the namespaces of cluster %q for namespaceSelector: %v", route, err)
+	}
+	out := []string{}
+	for _, ns := range list.Items {
+		if sel.Matches(labels.Set(ns.GetLabels())) {
+			out = append(out, ns.GetName())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// useSourceCluster makes sure the remote cluster a GitTarget names is registered with clients
+// built from its kubeconfig, and that the target is one of its users; a target without
+// spec.sourceCluster stops using any remote one. It returns the refusal when the target cannot
+// mirror it.
+func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.GitTarget) *refusal {
+	if t.Spec.SourceCluster == nil {
+		c.releaseSource(name, "")
+		return nil
+	}
+	sc := t.Spec.SourceCluster
+	route := sc.AuditRoute
+	c.releaseSource(name, route)
+	if route == c.opts.Cluster {
+		c.releaseSource(name, "")
+		return &refusal{v1alpha1.ReasonSourceClusterConflict, fmt.Sprintf(
+			"spec.sourceCluster.auditRoute %q is the route of the cluster kubescribe runs in (--cluster-name): give the remote cluster a route of its own, or remove spec.sourceCluster to mirror this cluster", route)}
+	}
+	secret := types.NamespacedName{Namespace: t.Namespace, Name: sc.KubeConfigSecretRef.Name}
+
+	// Unchanged Secret (by resourceVersion, from the metadata watch): nothing to read.
+	c.sources.mu.Lock()
+	if e := c.sources.entries[route]; e != nil {
+		if use, ok := e.users[name]; ok && use.secret == secret && slices.Contains(sc.KubeConfigKeys(), use.key) && use.rv != "" && use.rv == c.secretVersion(secret) {
+			c.sources.mu.Unlock()
+			return nil
+		}
+	}
+	c.sources.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), secretReadTimeout)
+	defer cancel()
+	s, err := c.opts.Kube.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.releaseSource(name, "")
+		return &refusal{v1alpha1.ReasonSecretNotFound, fmt.Sprintf(
+			"Secret %q (spec.sourceCluster.kubeConfigSecretRef) not found in namespace %q: nothing of cluster %q is mirrored", secret.Name, secret.Namespace, route)}
+	case err != nil:
+		c.sources.mu.Lock()
+		_, attached := c.sources.entries[route].usedBy(name)
+		c.sources.mu.Unlock()
+		if attached {
+			// A failed read is not a deleted Secret: keep mirroring with the clients built.
+			c.log.Warn("reading a source cluster kubeconfig Secret failed; keeping its clients", "gittarget", name.String(), "secret", secret.Name, "err", err)
+			return nil
+		}
+		return &refusal{v1alpha1.ReasonSecretNotFound, fmt.Sprintf("reading Secret %q: %v", secret.Name, err)}
+	}
+	var key string
+	var kubeconfig []byte
+	for _, k := range sc.KubeConfigKeys() {
+		if v, ok := s.Data[k]; ok {
+			key, kubeconfig = k, v
+			break
+		}
+	}
+	if key == "" {
+		c.releaseSource(name, "")
+		return &refusal{v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q has no key %s holding a kubeconfig", secret.Name, strings.Join(quoteAll(sc.KubeConfigKeys()), " or "))}
+	}
+	use := secretUse{secret: secret, key: key, rv: s.ResourceVersion}
+	hash := sha256.Sum256(kubeconfig)
+
+	c.sources.mu.Lock()
+	defer c.sources.mu.Unlock()
+	e := c.sources.entries[route]
+	if e != nil && e.hash == hash {
+		e.users[name] = use
+		return nil
+	}
+	cfg, ref := restConfigFromKubeconfig(kubeconfig, c.opts.AllowRemoteKubeconfigExec, c.opts.AllowRemoteKubeconfigInsecure)
+	if ref != nil {
+		ref.msg = fmt.Sprintf("Secret %q key %q: %s", secret.Name, key, ref.msg)
+		c.releaseLocked(name, "")
+		return ref
+	}
+	if e != nil {
+		// A different kubeconfig for a route in use: the rotation of the Secret every user
+		// reads, or a second cluster claiming the route.
+		for other, u := range e.users {
+			if other != name && (u.secret != secret || u.key != key) {
+				c.releaseLocked(name, "")
+				return &refusal{v1alpha1.ReasonSourceClusterConflict, fmt.Sprintf(
+					"audit route %q is already mirrored by GitTarget %s with the kubeconfig of Secret %q, and Secret %q holds a different one: one audit route names one cluster, so give this cluster its own spec.sourceCluster.auditRoute (and point its apiserver's audit webhook at /audit/<route>), or use the same kubeconfig",
+					route, other, u.secret.String(), secret.String())}
+			}
+		}
+	}
+	clients, err := c.opts.NewSourceClients(cfg)
+	if err != nil {
+		c.releaseLocked(name, "")
+		return &refusal{v1alpha1.ReasonSecretInvalid, fmt.Sprintf("Secret %q key %q: building clients: %v", secret.Name, key, err)}
+	}
+	if e == nil {
+		if _, err := c.opts.Sources.ReplaceCluster(route, clients.Dynamic, clients.Discovery); err != nil {
+			return &refusal{v1alpha1.ReasonWatchFailed, err.Error()}
+		}
+		e = &sourceEntry{route: route, users: map[types.NamespacedName]secretUse{}}
+		c.sources.entries[route] = e
+		c.log.Info("registered a remote source cluster", "cluster", route, "gittarget", name.String(), "secret", secret.String())
+	} else {
+		if _, err := c.opts.Sources.ReplaceCluster(route, clients.Dynamic, clients.Discovery); err != nil {
+			return &refusal{v1alpha1.ReasonWatchFailed, err.Error()}
+		}
+		c.log.Info("the kubeconfig of a remote source cluster changed; rebuilt its clients", "cluster", route, "secret", secret.String())
+		for other := range e.users {
+			if other != name {
+				c.enqueue(kindTarget, other)
+			}
+		}
+	}
+	e.hash, e.probe, e.client = hash, clients.Probe, clients.Dynamic
+	e.builds++
+	e.users[name] = use
+	c.countBuild(route)
+	return nil
+}
+
+func (e *sourceEntry) usedBy(name types.NamespacedName) (secretUse, bool) {
+	if e == nil {
+		return secretUse{}, false
+	}
+	u, ok := e.users[name]
+	return u, ok
+}
+
+// releaseSource makes a GitTarget stop using every remote cluster but keep (if set). A cluster
+// no target uses any more is removed from the registry: its informers stop.
+func (c *Controller) releaseSource(name types.NamespacedName, keep string) {
+	c.sources.mu.Lock()
+	defer c.sources.mu.Unlock()
+	c.releaseLocked(name, keep)
+}
+
+func (c *Controller) releaseLocked(name types.NamespacedName, keep string) {
+	for route, e := range c.sources.entries {
+		if route == keep {
+			continue
+		}
+		if _, ok := e.users[name]; !ok {
+			continue
+		}
+		delete(e.users, name)
+		if len(e.users) > 0 {
+			continue
+		}
+		delete(c.sources.entries, route)
+		c.opts.Sources.RemoveCluster(route)
+		c.log.Info("no GitTarget mirrors the remote source cluster any more; stopped its watches", "cluster", route)
+		// A target refused for claiming the route with another kubeconfig may take it now.
+		c.enqueueTargetsOfRoute(route)
+	}
+}
+
+// enqueueTargetsOfRoute enqueues every GitTarget whose spec.sourceCluster names route.
+func (c *Controller) enqueueTargetsOfRoute(route string) {
+	for _, obj := range c.informers[kindTarget].GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		if r, _, _ := unstructured.NestedString(u.Object, "spec", "sourceCluster", "auditRoute"); r == route {
+			c.enqueue(kindTarget, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
+		}
+	}
+}
+
+// reachSourceCluster sets a GitTarget's SourceClusterReachable condition: it probes the remote
+// cluster of a target that uses one (ready from routing), and removes the condition otherwise.
+// A cluster that does not answer, or refuses the identity, makes the target not Ready; it stays
+// routed, so its watches recover by themselves when the cluster answers again.
+func (c *Controller) reachSourceCluster(t *v1alpha1.GitTarget, ready bool, reason, msg string) (bool, string, string) {
+	if t.Spec.SourceCluster == nil || !ready {
+		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
+		return ready, reason, msg
+	}
+	route := t.Spec.SourceCluster.AuditRoute
+	c.sources.mu.Lock()
+	e := c.sources.entries[route]
+	var probe func(context.Context) error
+	if e != nil {
+		probe = e.probe
+	}
+	c.sources.mu.Unlock()
+	if probe == nil {
+		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
+		return ready, reason, msg
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
+	defer cancel()
+	cond := metav1.Condition{Type: v1alpha1.ConditionSourceClusterReachable, ObservedGeneration: t.Generation,
+		Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReachable,
+		Message: fmt.Sprintf("cluster %q answers with the identity of Secret %q", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name)}
+	if err := probe(ctx); err != nil {
+		cond.Status = metav1.ConditionFalse
+		switch {
+		case apierrors.IsUnauthorized(err):
+			cond.Reason = v1alpha1.ReasonUnauthorized
+			cond.Message = fmt.Sprintf("cluster %q rejected the credentials of Secret %q (401): %v", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name, err)
+		case apierrors.IsForbidden(err):
+			cond.Reason = v1alpha1.ReasonForbidden
+			cond.Message = fmt.Sprintf("cluster %q refused API discovery to the identity of Secret %q (403): grant it the kubescribe-source ClusterRole: %v", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name, err)
+		default:
+			cond.Reason = v1alpha1.ReasonUnreachable
+			cond.Message = fmt.Sprintf("cluster %q does not answer: %v", route, err)
+		}
+		ready, reason, msg = false, v1alpha1.ReasonSourceClusterUnreachable, cond.Message+"; its watches keep retrying"
+	}
+	meta.SetStatusCondition(&t.Status.Conditions, cond)
+	return ready, reason, msg
+}
+
+// restConfigFromKubeconfig parses a kubeconfig held in memory and returns the rest config of
+// its current context (or its only context). It refuses what would run code, skip TLS
+// verification or read a file.
+func restConfigFromKubeconfig(kubeconfig []byte, allowExec, allowInsecure bool) (*rest.Config, *refusal) {
+	invalid := func(format string, args ...any) (*rest.Config, *refusal) {
+		return nil, &refusal{v1alpha1.ReasonSecretInvalid, fmt.Sprintf(format, args...)}
+	}
+	if len(bytes.TrimSpace(kubeconfig)) == 0 {
+		return invalid("the kubeconfig is empty")
+	}
+	kc, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return invalid("not a kubeconfig: %v", err)
+	}
+	ctxName := kc.CurrentContext
+	if ctxName == "" && len(kc.Contexts) == 1 {
+		for n := range kc.Contexts {
+			ctxName = n
+		}
+	}
+	kctx, ok := kc.Contexts[ctxName]
+	if !ok || kctx == nil {
+		return invalid("the kubeconfig has no current-context (and not exactly one context)")
+	}
+	cluster, ok := kc.Clusters[kctx.Cluster]
+	if !ok || cluster == nil || cluster.Server == "" {
+		return invalid("context %q names no cluster with a server", ctxName)
+	}
+	auth := kc.AuthInfos[kctx.AuthInfo]
+	if auth == nil {
+		auth = clientcmdapi.NewAuthInfo()
+	}
+	var files []string
+	if cluster.CertificateAuthority != "" {
+		files = append(files, "certificate-authority")
+	}
+	if auth.ClientCertificate != "" {
+		files = append(files, "client-certificate")
+	}
+	if auth.ClientKey != "" {
+		files = append(files, "client-key")
+	}
+	if auth.TokenFile != "" {
+		files = append(files, "tokenFile")
+	}
+	if len(files) > 0 {
+		return nil, &refusal{v1alpha1.ReasonKubeConfigFileReference, fmt.Sprintf(
+			"the kubeconfig refers to files (%s), which kubescribe does not have and never writes: put their content inline (certificate-authority-data, client-certificate-data, client-key-data, token)", strings.Join(files, ", "))}
+	}
+	if (auth.Exec != nil || auth.AuthProvider != nil) && !allowExec {
+		what := "an exec plugin"
+		if auth.Exec == nil {
+			what = fmt.Sprintf("the auth-provider plugin %q", auth.AuthProvider.Name)
+		}
+		return nil, &refusal{v1alpha1.ReasonKubeConfigExecPlugin, fmt.Sprintf(
+			"the kubeconfig's user runs %s to get credentials, which would run code inside kubescribe on behalf of whoever can write the Secret: use a token or a client certificate, or start kubescribe with --allow-remote-kubeconfig-exec", what)}
+	}
+	u, err := url.Parse(cluster.Server)
+	if err != nil || u.Host == "" {
+		return invalid("the kubeconfig's server %q is not a URL", cluster.Server)
+	}
+	if !allowInsecure {
+		if cluster.InsecureSkipTLSVerify {
+			return nil, &refusal{v1alpha1.ReasonKubeConfigInsecure, "the kubeconfig sets insecure-skip-tls-verify: anyone on the path could read the credentials and feed kubescribe objects; set certificate-authority-data instead, or start kubescribe with --allow-remote-kubeconfig-insecure"}
+		}
+		if u.Scheme != "https" {
+			return nil, &refusal{v1alpha1.ReasonKubeConfigInsecure, fmt.Sprintf("the kubeconfig's server uses %s://, not https://: the credentials would cross the network in clear; use https, or start kubescribe with --allow-remote-kubeconfig-insecure", u.Scheme)}
+		}
+	}
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*kc, ctxName, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if err != nil {
+		return invalid("the kubeconfig cannot be used: %v", err)
+	}
+	cfg.UserAgent = "kubescribe"
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
+}
+
+// newSecretWatch watches the metadata of Secrets (never their data) so that a GitTarget is
+// reconciled as soon as the kubeconfig Secret it names changes or goes, and a GitProvider as
+// soon as its credentials do. It keeps only names and
+// resourceVersions: annotations such as kubectl's last-applied-configuration can hold a copy of
+// the data.
+func (c *Controller) newSecretWatch() (cache.SharedIndexInformer, error) {
+	if c.opts.Metadata == nil {
+		return nil, nil
+	}
+	inf := metadatainformer.NewFilteredMetadataInformer(c.opts.Metadata, secretsResource, metav1.NamespaceAll, 0,
+		cache.Indexers{}, nil).Informer()
+	if err := inf.SetTransform(func(obj any) (any, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
+		}
+		return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+			Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
+	}); err != nil {
+		return nil, err
+	}
+	changed := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			c.enqueueTargetsOfSecret(types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if !initial {
+				changed(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*metav1.PartialObjectMetadata)
+			n, _ := obj.(*metav1.PartialObjectMetadata)
+			if o == nil || n == nil || o.ResourceVersion != n.ResourceVersion {
+				changed(obj)
+			}
+		},
+		DeleteFunc: changed,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inf, nil
+}
+
+// secretVersion is a Secret's resourceVersion as the metadata watch last saw it; "" when
+// unknown (no watch, not synced, or no such Secret).
+func (c *Controller) secretVersion(name types.NamespacedName) string {
+	if c.secrets == nil {
+		return ""
+	}
+	obj, ok, err := c.secrets.GetStore().GetByKey(name.Namespace + "/" + name.Name)
+	if err != nil || !ok {
+		return ""
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return ""
+	}
+	return m.ResourceVersion
+}
+
+// enqueueTargetsOfSecret enqueues the GitTargets whose kubeconfig Secret is name, and the
+// GitProviders whose credentials it holds.
+func (c *Controller) enqueueTargetsOfSecret(name types.NamespacedName) {
+	c.enqueueReferencing(kindProvider, name.Namespace, "secretRef", name.Name)
+	c.list(kindTarget, name.Namespace, func(u *unstructured.Unstructured) {
+		if s, _, _ := unstructured.NestedString(u.Object, "spec", "sourceCluster", "kubeConfigSecretRef", "name"); s == name.Name {
+			c.enqueue(kindTarget, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
+		}
+	})
+}
+
+// countBuild counts the clients built for a remote cluster's route.
+func (c *Controller) countBuild(route string) {
+	if c.sourceBuilds != nil {
+		c.sourceBuilds.WithLabelValues(route).Inc()
+	}
+}

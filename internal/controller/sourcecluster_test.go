@@ -1,0 +1,254 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/rest"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+// kubeconfigFor is a kubeconfig for server with an inline token; edit changes it before it
+// is written out.
+func kubeconfigFor(server, token string, edit ...string) string {
+	kc := `apiVersion: v1
+kind: Config
+current-context: edge
+contexts:
+- name: edge
+  context: {cluster: edge, user: kubescribe}
+clusters:
+- name: edge
+  cluster:
+    server: ` + server + `
+    certificate-authority-data: ` + "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==" + `
+users:
+- name: kubescribe
+  user:
+    token: ` + token + "\n"
+	for _, e := range edit {
+		kc += e
+	}
+	return kc
+}
+
+func TestRestConfigFromKubeconfig(t *testing.T) {
+	const server = "https://edge.example:6443"
+	tests := []struct {
+		name              string
+		kubeconfig        string
+		allowExec, allowI bool
+		wantReason        string
+		wantMsg           string
+	}{
+		{name: "inline token", kubeconfig: kubeconfigFor(server, "tok")},
+		{name: "empty", kubeconfig: " \n", wantReason: v1alpha1.ReasonSecretInvalid, wantMsg: "empty"},
+		{name: "not yaml", kubeconfig: "{", wantReason: v1alpha1.ReasonSecretInvalid, wantMsg: "not a kubeconfig"},
+		{name: "no context", kubeconfig: "apiVersion: v1\nkind: Config\n", wantReason: v1alpha1.ReasonSecretInvalid, wantMsg: "current-context"},
+		{name: "exec plugin", kubeconfig: kubeconfigFor(server, "tok", "    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, interactiveMode: Never}\n"),
+			wantReason: v1alpha1.ReasonKubeConfigExecPlugin, wantMsg: "--allow-remote-kubeconfig-exec"},
+		{name: "exec plugin allowed", allowExec: true,
+			kubeconfig: kubeconfigFor(server, "", "    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/true, interactiveMode: Never}\n")},
+		{name: "auth provider", kubeconfig: kubeconfigFor(server, "", "    auth-provider: {name: oidc}\n"),
+			wantReason: v1alpha1.ReasonKubeConfigExecPlugin, wantMsg: `"oidc"`},
+		{name: "token file", kubeconfig: kubeconfigFor(server, "tok", "    tokenFile: /var/run/token\n"),
+			wantReason: v1alpha1.ReasonKubeConfigFileReference, wantMsg: "tokenFile"},
+		{name: "client certificate files", kubeconfig: kubeconfigFor(server, "", "    client-certificate: /etc/c.crt\n    client-key: /etc/c.key\n"),
+			wantReason: v1alpha1.ReasonKubeConfigFileReference, wantMsg: "client-certificate, client-key"},
+		{name: "insecure", kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", insecure-skip-tls-verify: true}\n"),
+			wantReason: v1alpha1.ReasonKubeConfigInsecure, wantMsg: "insecure-skip-tls-verify"},
+		{name: "insecure allowed", allowI: true, kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", insecure-skip-tls-verify: true}\n")},
+		{name: "plain http", kubeconfig: kubeconfigFor("http://edge.example:8080", "tok"),
+			wantReason: v1alpha1.ReasonKubeConfigInsecure, wantMsg: "http://"},
+		{name: "CA file", kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", certificate-authority: /etc/ca.crt}\n"),
+			wantReason: v1alpha1.ReasonKubeConfigFileReference, wantMsg: "certificate-authority"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, ref := restConfigFromKubeconfig([]byte(tt.kubeconfig), tt.allowExec, tt.allowI)
+			if tt.wantReason == "" {
+				require.Nil(t, ref)
+				require.Equal(t, server, cfg.Host)
+				return
+			}
+			require.NotNil(t, ref)
+			require.Equal(t, tt.wantReason, ref.reason, ref.msg)
+			require.Contains(t, ref.msg, tt.wantMsg)
+			require.NotContains(t, ref.msg, "tok\n")
+		})
+	}
+}
+
+// remoteFake is a remote cluster: it serves widgets, not configmaps, and its probe answers
+// with err.
+type remoteFake struct {
+	builds []*rest.Config
+	err    error
+}
+
+func (r *remoteFake) clients(cfg *rest.Config) (SourceClients, error) {
+	r.builds = append(r.builds, cfg)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{widgetsGVR: "WidgetList", namespacesResource: "NamespaceList"},
+		newNamespace("edge-a", map[string]string{"team": "a"}), newNamespace("edge-b", map[string]string{"team": "b"}))
+	_, dc := newDiscovery([]*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{apiResource("widgets", true, listWatch...)}}})
+	return SourceClients{Dynamic: dyn, Discovery: dc, Probe: func(context.Context) error { return r.err }}, nil
+}
+
+func remoteTarget(name, secret, route string) *v1alpha1.GitTarget {
+	return newTarget(name, "git", "main", name, func(t *v1alpha1.GitTarget) {
+		t.Spec.SourceCluster = &v1alpha1.SourceCluster{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: secret}, AuditRoute: route}
+	})
+}
+
+// TestRemoteSourceCluster: targets naming one route and one kubeconfig share one registry
+// entry; their rules resolve against the remote's discovery only; another kubeconfig on the
+// route is refused; a rotated kubeconfig rebuilds the clients once; a deleted Secret stops the
+// mirror and the entry goes with its last target.
+func TestRemoteSourceCluster(t *testing.T) {
+	remote := &remoteFake{}
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo),
+			remoteTarget("a", "edge-kc", "edge"), remoteTarget("b", "edge-kc", "edge"), remoteTarget("c", "other-kc", "edge"),
+			newRule("widgets", "a", rule([]string{"example.com"}, []string{"widgets"})),
+			newRule("configmaps", "a", rule([]string{""}, []string{"configmaps"}))},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "first")}),
+			newSecret("other-kc", map[string]string{"value.yaml": kubeconfigFor("https://other.example:6443", "other")})},
+		sourceClients: remote.clients,
+	})
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("a"))
+	require.NoError(t, f.syncTarget("b"))
+	for _, name := range []string{"a", "b"} {
+		got := f.target(name)
+		requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
+		reach := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
+		require.NotNil(t, reach)
+		require.Equal(t, v1alpha1.ReasonReachable, reach.Reason)
+	}
+	require.Equal(t, &v1alpha1.Destination{Branch: "main", Path: "a", SourceCluster: "edge"}, f.target("a").Status.ObservedDestination)
+	require.Len(t, remote.builds, 1, "two targets on one route and one kubeconfig share the clients")
+	require.NotNil(t, f.sources.Cluster("edge"))
+
+	require.NoError(t, f.syncTarget("c"))
+	got := f.target("c")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterConflict, `audit route "edge"`, `team-a/other-kc`)
+
+	// Rules resolve in the remote's catalog: widgets are served there, configmaps only locally.
+	var r v1alpha1.WatchRule
+	require.Eventually(t, func() bool {
+		require.NoError(t, f.syncRule("widgets"))
+		r = f.watchRule("widgets")
+		return meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionReady)
+	}, 5*time.Second, 10*time.Millisecond, "the widgets stream did not finish its initial list")
+	requireReady(t, r.Status.Conditions, r.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady, `in cluster "edge"`)
+	require.Contains(t, meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionResourcesResolved).Message, `resolved in cluster "edge" to example.com/v1/widgets`)
+	require.NoError(t, f.syncRule("configmaps"))
+	r = f.watchRule("configmaps")
+	requireReady(t, r.Status.Conditions, r.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonNoResourcesMatched, `cluster "edge" serves`)
+
+	// Rotation: new content rebuilds the clients once; the same content again does not.
+	sec := newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "second")})
+	sec.ResourceVersion = "2"
+	_, err := f.kube.CoreV1().Secrets(testNS).Update(context.Background(), sec, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.syncTarget("a"))
+	require.NoError(t, f.syncTarget("b"))
+	require.Len(t, remote.builds, 2)
+	require.Equal(t, "second", remote.builds[1].BearerToken)
+
+	// An unreachable or refusing remote fails its own targets only.
+	remote.err = errors.New("dial tcp: connection refused")
+	require.NoError(t, f.syncTarget("a"))
+	got = f.target("a")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable, "connection refused")
+	require.Equal(t, v1alpha1.ReasonUnreachable, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable).Reason)
+	_, routed := f.route("a")
+	require.True(t, routed, "an unreachable remote keeps its targets routed: the watches recover by themselves")
+	for err, reason := range map[error]string{
+		apierrors.NewUnauthorized("Unauthorized"):                            v1alpha1.ReasonUnauthorized,
+		apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no")): v1alpha1.ReasonForbidden,
+	} {
+		remote.err = err
+		require.NoError(t, f.syncTarget("a"))
+		got = f.target("a")
+		requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable)
+		require.Equal(t, reason, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable).Reason)
+	}
+	remote.err = nil
+
+	// Deleting the Secret stops the mirror; the entry goes with its last target.
+	require.NoError(t, f.kube.CoreV1().Secrets(testNS).Delete(context.Background(), "edge-kc", metav1.DeleteOptions{}))
+	require.NoError(t, f.syncTarget("a"))
+	got = f.target("a")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound, `Secret "edge-kc"`)
+	_, routed = f.route("a")
+	require.False(t, routed)
+	require.NotNil(t, f.sources.Cluster("edge"), "target b still uses the cluster")
+	require.NoError(t, f.syncTarget("b"))
+	require.Nil(t, f.sources.Cluster("edge"), "no target uses the cluster: its entry is removed")
+
+	// The route is free: the target refused before may claim it with its own kubeconfig.
+	require.NoError(t, f.syncTarget("c"))
+	got = f.target("c")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	require.Len(t, remote.builds, 3)
+}
+
+// TestRemoteSourceClusterRefusals: the route of the local cluster cannot be claimed, and a
+// refused kubeconfig leaves nothing registered.
+func TestRemoteSourceClusterRefusals(t *testing.T) {
+	remote := &remoteFake{}
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("local", "kc", testCluster), remoteTarget("exec", "exec-kc", "edge")},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")}),
+			newSecret("exec-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "", "    exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Never}\n")})},
+		sourceClients: remote.clients,
+	})
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("local"))
+	got := f.target("local")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterConflict, "--cluster-name")
+	require.NoError(t, f.syncTarget("exec"))
+	got = f.target("exec")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonKubeConfigExecPlugin, `Secret "exec-kc" key "value"`)
+	require.Nil(t, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable))
+	require.Empty(t, remote.builds)
+	require.Equal(t, []string{testCluster}, f.sources.Names())
+}
+
+// TestRemoteClusterRuleNamespaceSelector: a ClusterWatchRule's namespaceSelector on a remote
+// GitTarget selects the remote's namespaces, not the local ones.
+func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
+	remote := &remoteFake{}
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("web", "edge-kc", "edge"),
+			newNamespace("local-a", map[string]string{"team": "a"}),
+			newClusterRule("by-label", func(r *v1alpha1.ClusterWatchRule) {
+				r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+			}, rule([]string{"example.com"}, []string{"widgets"}))},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
+		sourceClients: remote.clients,
+		workers:       1,
+	})
+	var got v1alpha1.ClusterWatchRule
+	waitFor(t, 15*time.Second, "the rule to be Ready", func() bool {
+		got = f.clusterRule("by-label")
+		return conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Status == metav1.ConditionTrue
+	})
+	require.Equal(t, []string{"edge-a"}, got.Status.Namespaces)
+	require.Contains(t, conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Message, `in cluster "edge"`)
+}
