@@ -239,12 +239,17 @@ func (w *Worker) checkGates(ctx context.Context) {
 func (w *Worker) checkGate(ctx context.Context, g *folderGate) bool {
 	tree, err := w.builder().dirAt(w.localTip, g.path)
 	if errors.Is(err, errNotAFolder) {
+		if g.state == gateRefused && g.tree.IsZero() {
+			g.checkAt = time.Now().Add(w.gateRecheck)
+			return true // still a file: still refused
+		}
 		w.refuseGate(g, plumbing.ZeroHash, &FolderRefusedError{Path: g.path, Detail: err.Error()})
 		return true
 	}
 	if err != nil {
 		w.opts.Metrics.folderChecked(folderCheckError)
 		w.failed(ctx, "check folder", err)
+		w.checkFailed = true
 		return false
 	}
 	if tree.IsZero() || (w.opts.KnownFolder != nil && w.opts.KnownFolder(g.path, tree)) {
@@ -256,9 +261,7 @@ func (w *Worker) checkGate(ctx context.Context, g *folderGate) bool {
 		g.checkAt = time.Now().Add(w.gateRecheck)
 		return true // unchanged: still refused
 	}
-	cctx, cancel := context.WithTimeout(ctx, w.opTimeout)
-	defer cancel()
-	err = w.scanFolder(cctx, tree, g.path)
+	err = w.scanFolder(ctx, tree, g.path)
 	var refused *FolderRefusedError
 	switch {
 	case err == nil:
@@ -273,7 +276,14 @@ func (w *Worker) checkGate(ctx context.Context, g *folderGate) bool {
 		}
 		w.opts.Metrics.folderChecked(folderCheckError)
 		w.failed(ctx, "check folder", fmt.Errorf("folder %q: %w", g.path, err))
+		w.checkFailed = true
 		return false
+	}
+	if w.checkFailed {
+		// The failure was the check's, and it could decide now.
+		w.checkFailed = false
+		w.failures = 0
+		w.setError(nil)
 	}
 	return true
 }
@@ -361,6 +371,7 @@ type blobLoader struct {
 	cur     int
 	store   *memory.Storage // the current batch
 	full    *memory.Storage // after the fallback: the whole tip
+	served  bool            // a fetch by id succeeded: the server accepts ids
 	err     error           // the first failure; the check fails with it
 }
 
@@ -419,13 +430,24 @@ func isManifestName(name string) bool {
 	return false
 }
 
+// fetch runs one fetch of the check, bounded like every remote operation.
+func (l *blobLoader) fetch(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(l.ctx, l.w.opTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
 // blob returns blob h, fetching its batch (or it alone) when it is not at hand.
 func (l *blobLoader) blob(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
 	if l.full != nil {
-		return l.full.EncodedObject(plumbing.BlobObject, h)
+		obj, err := l.full.EncodedObject(plumbing.BlobObject, h)
+		if err != nil {
+			l.err = fmt.Errorf("the remote did not send blob %s of the folder (the branch moved?); checking again", h)
+		}
+		return obj, l.err
 	}
 	i, batched := l.batchOf[h]
 	if !batched || i != l.cur {
@@ -435,15 +457,19 @@ func (l *blobLoader) blob(h plumbing.Hash) (plumbing.EncodedObject, error) {
 		}
 		store := memory.NewStorage()
 		l.store = nil // the previous batch is not needed any more
-		if err := l.w.fetchBlobs(l.ctx, store, wants); err != nil {
-			if l.ctx.Err() != nil {
+		if err := l.fetch(func(ctx context.Context) error { return l.w.fetchBlobs(ctx, store, wants) }); err != nil {
+			if l.ctx.Err() != nil || l.served {
+				// Cut short, or a server that served ids before: not a refusal of ids.
 				l.err = err
 				return nil, err
 			}
 			l.w.log.Warn("the remote did not serve the folder's files by id; reading them from a fetch of the whole branch tip instead",
 				"folder", l.folder, "err", l.w.redact(err))
 			full := memory.NewStorage()
-			if _, err := l.w.fetchInto(l.ctx, full, plumbing.ZeroHash, 1, true); err != nil {
+			if err := l.fetch(func(ctx context.Context) error {
+				_, err := l.w.fetchInto(ctx, full, plumbing.ZeroHash, 1, true)
+				return err
+			}); err != nil {
 				l.err = fmt.Errorf("fetch the branch tip with its files: %w", err)
 				return nil, l.err
 			}
@@ -452,6 +478,7 @@ func (l *blobLoader) blob(h plumbing.Hash) (plumbing.EncodedObject, error) {
 			return l.blob(h)
 		}
 		l.w.opts.Metrics.folderFetched(folderFetchBlobs)
+		l.served = true
 		if batched {
 			l.store, l.cur = store, i
 		} else {

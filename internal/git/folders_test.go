@@ -374,3 +374,29 @@ func TestFolderCheckFetchesInBatches(t *testing.T) {
 	require.InDelta(t, 3, gateFetches(opts.Metrics, folderFetchBlobs), 0, "5 manifests in batches of 2; README.md is not read")
 	require.Len(t, gitLog(t, gitDir, "main", "%s"), 2)
 }
+
+// A folder whose files cannot be fetched (the remote went away after the clone) is not refused:
+// the check fails, is reported as the worker's error, and is retried until it can decide.
+func TestFolderCheckFailureIsNoRefusal(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	pushFiles(t, url, map[string]string{"clusters/prod/demo/core/configmaps/existing.yaml": adoptableConfigMap})
+	opts := testOptions(url)
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := startWorker(t, opts)
+	require.Eventually(t, func() bool { return tw.Status().LastCommit != "" }, 20*time.Second, 10*time.Millisecond, "cloned")
+
+	gone := gitDir + ".away"
+	require.NoError(t, os.Rename(gitDir, gone))
+	tw.PrepareFolder("clusters/prod")
+	require.Eventually(t, func() bool { return tw.Status().LastError != nil }, 20*time.Second, 10*time.Millisecond)
+	require.ErrorContains(t, tw.Status().LastError, "check folder")
+	require.Nil(t, tw.FolderRefusal("clusters/prod"))
+	require.InDelta(t, 0, gateMetrics(opts.Metrics, folderCheckRefused), 0)
+
+	require.NoError(t, os.Rename(gone, gitDir))
+	require.Eventually(t, func() bool { return gateMetrics(opts.Metrics, folderCheckAdoptable) == 1 }, 20*time.Second, 10*time.Millisecond)
+	require.Nil(t, tw.FolderRefusal("clusters/prod"))
+	require.Eventually(t, func() bool { return tw.Status().LastError == nil }, 20*time.Second, 10*time.Millisecond, "the check could decide: its failure is over")
+	require.GreaterOrEqual(t, gateMetrics(opts.Metrics, folderCheckError), 1.0)
+	require.NoError(t, tw.stop(t))
+}

@@ -193,6 +193,8 @@ type Worker struct {
 	settled  []attribution.AttributedChange
 	failures int
 	retryAt  time.Time // real clock; zero = now
+	// checkFailed is set while LastError is a failed folder check's.
+	checkFailed bool
 }
 
 // NewWorker validates opts and returns a worker; nothing touches the remote before Run.
@@ -721,6 +723,7 @@ func (w *Worker) failed(ctx context.Context, what string, err error) {
 		return
 	}
 	w.failures++
+	w.checkFailed = false // replaced by this failure; a failed check sets it again
 	d := w.backoff(w.failures)
 	w.retryAt = time.Now().Add(d)
 	w.setError(err)
