@@ -254,6 +254,11 @@ func (w *Worker) checkGate(ctx context.Context, g *folderGate) bool {
 	}
 	if tree.IsZero() || (w.opts.KnownFolder != nil && w.opts.KnownFolder(g.path, tree)) {
 		w.opts.Metrics.folderChecked(folderCheckKnown)
+		if tree.IsZero() {
+			w.log.Debug("folder does not exist yet; nothing to check", "folder", g.path)
+		} else {
+			w.log.Info("folder is as kubescribe's last push left it; not read again", "folder", g.path, "tree", tree.String())
+		}
 		w.openGate(g)
 		return true
 	}
