@@ -3,6 +3,7 @@
 //	kubescribe audit-policy                 the --audit-policy-file content
 //	kubescribe audit-webhook-config [flags] the --audit-webhook-config-file content
 //	kubescribe admission-webhook-config     the CommitRequest ValidatingWebhookConfiguration
+//	kubescribe attribution-webhook-config   the attribution ValidatingWebhookConfiguration (managed clusters)
 //	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
 //	kubescribe export [flags] DIR           write a live cluster's declared objects into DIR
 //
@@ -37,6 +38,9 @@ const usage = `usage:
       print the kubeconfig for the apiserver's --audit-webhook-config-file
   kubescribe admission-webhook-config (--url URL | --service NS/NAME[:PORT]) --ca-file FILE
       print the ValidatingWebhookConfiguration for CommitRequests (kubectl apply -f -)
+  kubescribe attribution-webhook-config (--url URL | --service NS/NAME[:PORT]) --ca-file FILE
+                    --resource [GROUP/]RESOURCE[:OP,..] ... [--route NAME] [--exclude-namespace NS ...]
+      print the attribution ValidatingWebhookConfiguration for clusters without audit access
   kubescribe scan [--repo] [--format text|json|yaml] DIR
       may folder DIR become a GitTarget (with --repo: which folders of repository DIR could);
       exit code 0 yes, 1 no, 2 error
@@ -67,6 +71,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		err = webhookConfig(args[1:], stdout)
 	case "admission-webhook-config":
 		err = admissionWebhookConfig(args[1:], stdout)
+	case "attribution-webhook-config":
+		err = attributionWebhookConfig(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

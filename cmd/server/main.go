@@ -71,7 +71,7 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.StringVar(&opts.AuditClientCAFile, "audit-client-ca-file", "", "PEM CA bundle verifying apiserver client certificates")
 	fs.StringVar(&opts.AuditTokenFile, "audit-token-file", "", "file of accepted bearer tokens, one per line")
 	fs.Int64Var(&opts.AuditMaxBodyBytes, "audit-max-body-bytes", opts.AuditMaxBodyBytes, "largest audit batch accepted; larger ones are answered 413")
-	fs.StringVar(&opts.AdmissionListenAddress, "admission-listen-address", opts.AdmissionListenAddress, "address of the TLS admission webhook (POST /validate/commitrequests); empty disables it")
+	fs.StringVar(&opts.AdmissionListenAddress, "admission-listen-address", opts.AdmissionListenAddress, "address of the TLS admission webhooks (POST /validate/commitrequests and /validate/attribution/{route}); empty disables them")
 	fs.StringVar(&opts.AdmissionTLSCertFile, "admission-tls-cert-file", "", "PEM serving certificate of the admission webhook, reloaded when it changes; empty uses --tls-cert-file")
 	fs.StringVar(&opts.AdmissionTLSKeyFile, "admission-tls-private-key-file", "", "PEM private key of the admission webhook; empty uses --tls-private-key-file")
 	fs.StringVar(&opts.AdmissionClientCAFile, "admission-client-ca-file", "", "PEM CA bundle; when set, the admission webhook requires an apiserver client certificate it verifies")
@@ -81,6 +81,12 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.DurationVar(&opts.DiscoveryRefresh, "discovery-refresh-interval", opts.DiscoveryRefresh, "how often each source cluster's API discovery is re-read when no CRD or APIService change triggered it sooner")
 	fs.DurationVar(&opts.AttributionGrace, "attribution-grace", opts.AttributionGrace, "how long a change waits for the audit fact naming its author")
 	fs.DurationVar(&opts.FactTTL, "fact-ttl", opts.FactTTL, "how long attribution facts are kept in Redis")
+	fs.StringVar(&opts.AttributionSource, "attribution-source", opts.AttributionSource, "where the local cluster's authors come from: audit, admission (the validating webhook POST /validate/attribution/<cluster-name>, confirmed by the watch) or both (an audit fact wins)")
+	fs.StringVar(&opts.AttributionWebhookURL, "attribution-webhook-url", "", "when set, kubescribe manages the attribution ValidatingWebhookConfiguration and the apiserver reaches its admission listener at this https URL (a URL without a path gets /validate/attribution/<cluster-name>)")
+	fs.StringVar(&opts.AttributionWebhookService, "attribution-webhook-service", "", "when set, kubescribe manages the attribution ValidatingWebhookConfiguration and the apiserver reaches it through this Service, namespace/name[:port] (port 9443 by default)")
+	fs.StringVar(&opts.AttributionWebhookCAFile, "attribution-webhook-ca-file", "", "PEM CA bundle the apiserver verifies kubescribe's admission certificate with (required with --attribution-webhook-url or --attribution-webhook-service)")
+	excludeNS := fs.String("attribution-webhook-exclude-namespaces", strings.Join(opts.AttributionWebhookExcludeNamespaces, ","), "comma-separated namespaces never sent to the attribution webhook, besides kube-system (kubescribe's own)")
+	fs.DurationVar(&opts.CandidateTTL, "candidate-ttl", opts.CandidateTTL, "how long admission candidates are kept in Redis (longer than --attribution-grace)")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "bound of the graceful shutdown")
 	fs.IntVar(&opts.ControllerWorkers, "controller-workers", opts.ControllerWorkers, "reconcile workers")
 	fs.BoolVar(&opts.AllowRemoteKubeconfigExec, "allow-remote-kubeconfig-exec", false, "accept GitTarget kubeconfigs (spec.sourceCluster) that run an exec or auth-provider plugin inside kubescribe")
@@ -89,6 +95,12 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	logFormat := fs.String("log-format", "json", "json or text")
 	if err := fs.Parse(args); err != nil {
 		return opts, nil, err
+	}
+	opts.AttributionWebhookExcludeNamespaces = nil
+	for _, ns := range strings.Split(*excludeNS, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			opts.AttributionWebhookExcludeNamespaces = append(opts.AttributionWebhookExcludeNamespaces, ns)
+		}
 	}
 	if fs.NArg() > 0 {
 		return opts, nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
@@ -65,6 +66,8 @@ type App struct {
 	// The admission listener and server; nil when disabled.
 	admissionLn  net.Listener
 	admissionSrv *http.Server
+	// candidates is the attribution webhook (on the admission listener); nil when disabled.
+	candidates *admission.Handler
 }
 
 // New validates opts, builds every part and binds the listeners, so that a bad flag, an
@@ -117,12 +120,14 @@ func New(opts Options) (_ *App, err error) {
 	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry)
 	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
+	a.store.SetCandidateTTL(opts.CandidateTTL)
 	watchMetrics := watch.NewMetrics(opts.Registry)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
-		Facts:   a.store,
-		Grace:   opts.AttributionGrace,
-		Logger:  a.log.With("component", "attribution"),
-		Metrics: attribution.NewMetrics(opts.Registry),
+		Facts:      a.store,
+		Candidates: a.store,
+		Grace:      opts.AttributionGrace,
+		Logger:     a.log.With("component", "attribution"),
+		Metrics:    attribution.NewMetrics(opts.Registry),
 		Excluded: func(c watch.Change) {
 			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
 		},
@@ -130,6 +135,9 @@ func New(opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The local cluster's source; the audit route names it (a remote cluster may get its own).
+	src, _ := attribution.ParseSource(opts.AttributionSource) // validated above
+	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors})
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
@@ -148,16 +156,21 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	verdicts := authz.NewStore(a.rdb, prefix, opts.VerdictTTL)
+	webhook, err := a.attributionWebhook()
+	if err != nil {
+		return nil, err
+	}
 	a.controller, err = controller.New(controller.Options{
-		Client:           dyn,
-		Kube:             kube,
-		Sources:          a.sources,
-		Cluster:          opts.ClusterName,
-		Router:           a.router,
-		Logger:           a.log, // the controller tags its own and its workers' loggers
-		Registerer:       opts.Registry,
-		Verdicts:         verdicts,
-		CommitRequestTTL: opts.CommitRequestTTL,
+		AttributionWebhook: webhook,
+		Client:             dyn,
+		Kube:               kube,
+		Sources:            a.sources,
+		Cluster:            opts.ClusterName,
+		Router:             a.router,
+		Logger:             a.log, // the controller tags its own and its workers' loggers
+		Registerer:         opts.Registry,
+		Verdicts:           verdicts,
+		CommitRequestTTL:   opts.CommitRequestTTL,
 
 		Metadata:                      meta,
 		AllowRemoteKubeconfigExec:     opts.AllowRemoteKubeconfigExec,
@@ -228,7 +241,20 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	if err != nil {
 		return err
 	}
-	a.admissionSrv = newServer(h, a.log)
+	a.candidates, err = admission.NewHandler(admission.HandlerOptions{
+		Store:             a.store,
+		Render:            declared.Manifest,
+		RequireClientCert: a.opts.AdmissionClientCAFile != "",
+		Logger:            a.log,
+		Metrics:           admission.NewMetrics(a.opts.Registry),
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(authz.Path, h)
+	mux.Handle(admission.PathPrefix, a.candidates)
+	a.admissionSrv = newServer(mux, a.log)
 	a.admissionSrv.TLSConfig = cfg
 	a.admissionLn, err = a.listen("admission", a.opts.AdmissionListenAddress)
 	return err
@@ -367,6 +393,11 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.serve("audit server", a.auditSrv, serveErr, func() error { return a.auditSrv.ServeTLS(a.auditLn, "", "") })
 	if a.admissionSrv != nil {
+		// The candidate writer stops after the server (which queues for it), before Redis.
+		candCtx, stopCand := context.WithCancel(bg)
+		candDone := make(chan struct{})
+		go func() { defer close(candDone); a.candidates.Run(candCtx) }()
+		a.life.onStop("admission candidates", func(context.Context) error { stopCand(); <-candDone; return nil })
 		// It records verdicts in Redis, which closes after it stops.
 		a.serve("admission server", a.admissionSrv, serveErr, func() error { return a.admissionSrv.ServeTLS(a.admissionLn, "", "") })
 	}
@@ -391,7 +422,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.ready.Store(true)
 	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
-		"admission", a.opts.AdmissionListenAddress != "",
+		"admission", a.opts.AdmissionListenAddress != "", "attributionSource", a.opts.AttributionSource,
 		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
 
 	select {
@@ -434,4 +465,22 @@ func (a *App) serve(name string, srv *http.Server, errc chan<- error, f func() e
 		<-done
 		return err
 	})
+}
+
+// attributionWebhook is how the controller manages the attribution webhook configuration; nil
+// when it is not asked to.
+func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error) {
+	o := a.opts
+	if o.AttributionWebhookURL == "" && o.AttributionWebhookService == "" {
+		return nil, nil
+	}
+	ca, err := os.ReadFile(o.AttributionWebhookCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the attribution webhook CA bundle: %w", err)
+	}
+	cc, err := admission.ClientConfig(o.AttributionWebhookURL, o.AttributionWebhookService, ca, o.ClusterName)
+	if err != nil {
+		return nil, fmt.Errorf("attribution webhook: %w", err)
+	}
+	return &controller.AttributionWebhookOptions{ClientConfig: cc, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
 }

@@ -84,6 +84,20 @@ type Options struct {
 
 	// AttributionGrace is how long a change waits for the audit fact naming its author.
 	AttributionGrace time.Duration
+	// AttributionSource is where the authors of the local cluster's changes come from: audit,
+	// admission (candidates from POST /validate/attribution/{ClusterName}, confirmed by the
+	// watch) or both (an audit fact wins).
+	AttributionSource string
+	// CandidateTTL is how long admission candidates are kept in Redis.
+	CandidateTTL time.Duration
+	// AttributionWebhookURL or AttributionWebhookService (namespace/name[:port]), when one is
+	// set, make kubescribe manage the attribution ValidatingWebhookConfiguration, its rules
+	// following the watch rules in force; AttributionWebhookCAFile is then the CA bundle the
+	// apiserver verifies kubescribe's admission certificate with.
+	AttributionWebhookURL, AttributionWebhookService, AttributionWebhookCAFile string
+	// AttributionWebhookExcludeNamespaces are never sent to the webhook (with kube-system):
+	// kubescribe's own namespace.
+	AttributionWebhookExcludeNamespaces []string
 	// FactTTL is how long facts are kept in Redis.
 	FactTTL time.Duration
 	// ShutdownTimeout bounds the whole graceful shutdown.
@@ -121,10 +135,14 @@ func DefaultOptions() Options {
 		CommitRequestTTL:       24 * time.Hour,
 
 		AttributionGrace:  attribution.DefaultGrace,
-		DiscoveryRefresh:  watch.DefaultDiscoveryRefresh,
-		FactTTL:           attribution.DefaultFactTTL,
-		ShutdownTimeout:   30 * time.Second,
-		ControllerWorkers: 2,
+		AttributionSource: string(attribution.SourceAudit),
+		CandidateTTL:      attribution.DefaultCandidateTTL,
+
+		AttributionWebhookExcludeNamespaces: []string{"kubescribe"},
+		DiscoveryRefresh:                    watch.DefaultDiscoveryRefresh,
+		FactTTL:                             attribution.DefaultFactTTL,
+		ShutdownTimeout:                     30 * time.Second,
+		ControllerWorkers:                   2,
 	}
 }
 
@@ -183,6 +201,26 @@ func (o *Options) Validate() error {
 	}
 	if (o.AdmissionTLSCertFile == "") != (o.AdmissionTLSKeyFile == "") {
 		bad("AdmissionTLSCertFile/AdmissionTLSKeyFile", "must be set together")
+	}
+	if src, err := attribution.ParseSource(o.AttributionSource); err != nil {
+		bad("AttributionSource", "is invalid: %v", err)
+	} else if src != attribution.SourceAudit && o.AdmissionListenAddress == "" {
+		bad("AttributionSource", "%q needs the admission listener (AdmissionListenAddress), which serves /validate/attribution/{route}", src)
+	}
+	if o.CandidateTTL <= 0 {
+		bad("CandidateTTL", "must be positive, got %s", o.CandidateTTL)
+	} else if o.CandidateTTL < o.AttributionGrace {
+		bad("CandidateTTL", "(%s) must be longer than AttributionGrace (%s)", o.CandidateTTL, o.AttributionGrace)
+	}
+	if o.AttributionWebhookURL != "" || o.AttributionWebhookService != "" {
+		switch {
+		case o.AttributionWebhookURL != "" && o.AttributionWebhookService != "":
+			bad("AttributionWebhookURL/AttributionWebhookService", "are exclusive: the apiserver reaches kubescribe one way")
+		case o.AttributionWebhookCAFile == "":
+			bad("AttributionWebhookCAFile", "is required to manage the attribution webhook: the apiserver must verify kubescribe's certificate")
+		case o.AdmissionListenAddress == "":
+			bad("AttributionWebhookURL/AttributionWebhookService", "need the admission listener (AdmissionListenAddress)")
+		}
 	}
 	if o.ControllerWorkers <= 0 {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)

@@ -45,6 +45,17 @@ func TestValidate(t *testing.T) {
 		{name: "admission disabled", mutate: func(o *Options) { o.AdmissionListenAddress = "" }},
 		{name: "verdict ttl shorter than close delay", mutate: func(o *Options) { o.VerdictTTL = time.Minute }, wantErr: "VerdictTTL (1m0s) must be longer"},
 		{name: "admission cert without key", mutate: func(o *Options) { o.AdmissionTLSCertFile = "a.crt" }, wantErr: "must be set together"},
+		{name: "admission source", mutate: func(o *Options) { o.AttributionSource = "admission" }},
+		{name: "unknown source", mutate: func(o *Options) { o.AttributionSource = "guess" }, wantErr: `attribution source "guess" is not one of audit, admission, both`},
+		{name: "admission source without the listener", mutate: func(o *Options) { o.AttributionSource, o.AdmissionListenAddress = "both", "" }, wantErr: "needs the admission listener"},
+		{name: "candidate ttl shorter than grace", mutate: func(o *Options) { o.CandidateTTL = o.AttributionGrace / 2 }, wantErr: "CandidateTTL"},
+		{name: "managed webhook", mutate: func(o *Options) {
+			o.AttributionWebhookService, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "ca.crt"
+		}},
+		{name: "managed webhook two ways", mutate: func(o *Options) {
+			o.AttributionWebhookService, o.AttributionWebhookURL, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "https://h", "ca.crt"
+		}, wantErr: "are exclusive"},
+		{name: "managed webhook without CA", mutate: func(o *Options) { o.AttributionWebhookURL = "https://h" }, wantErr: "AttributionWebhookCAFile is required"},
 		{name: "zero admission body limit", mutate: func(o *Options) { o.AdmissionMaxBodyBytes = 0 }, wantErr: "AdmissionMaxBodyBytes"},
 		{name: "negative request ttl", mutate: func(o *Options) { o.CommitRequestTTL = -time.Second }, wantErr: "CommitRequestTTL"},
 	}

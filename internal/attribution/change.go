@@ -18,6 +18,9 @@ type Author struct {
 	AuditID string
 	// Verb of that request, when resolved.
 	Verb string
+	// Source is the tier that named the author when resolved: SourceAudit (an audit fact) or
+	// SourceAdmission (an admission candidate the watch confirmed).
+	Source string
 }
 
 // AttributedChange is a watch change joined with its author. It is the output of

@@ -3,6 +3,7 @@ package attribution
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -37,6 +38,12 @@ type JoinerOptions struct {
 	// Excluded, when set, is told of each change dropped because its stream excludes the user
 	// it is attributed to (for metrics). It must not block.
 	Excluded func(watch.Change)
+	// Candidates reads admission candidates; required when any cluster's source includes
+	// admission.
+	Candidates candidateSource
+	// Source is the attribution source of every cluster SetSource was not called for; ""
+	// means SourceAudit.
+	Source Source
 }
 
 // Joiner attributes watch changes to the users who made them. Each change waits for its fact on
@@ -48,6 +55,11 @@ type Joiner struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	excluded func(watch.Change)
+	// candidates reads admission candidates; source is the default source, sources the
+	// per-cluster ones (guarded by mu).
+	candidates candidateSource
+	source     Source
+	sources    map[string]Source
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // "<route>/<uid>" -> wake-up channels
@@ -73,14 +85,26 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Source == "" {
+		opts.Source = SourceAudit
+	}
+	if _, err := ParseSource(string(opts.Source)); err != nil {
+		return nil, fmt.Errorf("attribution: JoinerOptions.Source: %w", err)
+	}
+	if opts.Source.admission() && opts.Candidates == nil {
+		return nil, errors.New("attribution: JoinerOptions.Candidates is required with an admission source")
+	}
 	return &Joiner{
-		facts:    opts.Facts,
-		grace:    opts.Grace,
-		log:      opts.Logger,
-		metrics:  opts.Metrics,
-		excluded: opts.Excluded,
-		waiters:  map[string]map[chan struct{}]struct{}{},
-		tails:    map[string]chan struct{}{},
+		candidates: opts.Candidates,
+		source:     opts.Source,
+		sources:    map[string]Source{},
+		facts:      opts.Facts,
+		grace:      opts.Grace,
+		log:        opts.Logger,
+		metrics:    opts.Metrics,
+		excluded:   opts.Excluded,
+		waiters:    map[string]map[chan struct{}]struct{}{},
+		tails:      map[string]chan struct{}{},
 	}, nil
 }
 
@@ -224,7 +248,13 @@ func (j *Joiner) Wait(ctx context.Context) error {
 // any other snapshot change is looked up once. A snapshot change without a fact has no author:
 // the writer credits it to the committer.
 func (j *Joiner) resolve(key string, c watch.Change) Author {
+	src := j.sourceOf(c.Cluster)
 	if c.Snapshot && !c.Resumed {
+		if !src.audit() {
+			// A listed change has no base version: no admission candidate can confirm it.
+			j.metrics.observe("snapshot", 0)
+			return Author{}
+		}
 		// Listed changes are looked up one after another; while Redis fails, they are not
 		// looked up at all for a while, so that a list of thousands does not wait out a
 		// timeout each.
@@ -232,6 +262,7 @@ func (j *Joiner) resolve(key string, c watch.Change) Author {
 			f, err := j.lookupErr(c)
 			if f != nil {
 				j.metrics.observe("resolved", 0)
+				j.metrics.resolvedBy(SourceAudit)
 				return authorFrom(f)
 			}
 			if err != nil {
@@ -249,30 +280,67 @@ func (j *Joiner) resolve(key string, c watch.Change) Author {
 	deadline := time.NewTimer(j.grace)
 	defer deadline.Stop()
 	for {
-		if f := j.lookup(c); f != nil {
-			j.metrics.observe("resolved", time.Since(start))
-			return authorFrom(f)
+		if src.audit() {
+			if f := j.lookup(c); f != nil {
+				j.metrics.observe("resolved", time.Since(start))
+				j.metrics.resolvedBy(SourceAudit)
+				return authorFrom(f)
+			}
+		}
+		if src == SourceAdmission {
+			// Admission alone: a confirmed candidate is the answer; with both sources an
+			// audit fact may still come and wins, so the candidate waits for the deadline.
+			if a, ok := j.confirmed(c, start); ok {
+				return a
+			}
 		}
 		select {
 		case <-wake:
 		case <-deadline.C:
 			// One last look: the announcement may have been lost (a publish is best effort).
-			if f := j.lookup(c); f != nil {
-				j.metrics.observe("resolved", time.Since(start))
-				return authorFrom(f)
+			if src.audit() {
+				if f := j.lookup(c); f != nil {
+					j.metrics.observe("resolved", time.Since(start))
+					j.metrics.resolvedBy(SourceAudit)
+					return authorFrom(f)
+				}
+			}
+			if src.admission() {
+				if a, ok := j.confirmed(c, start); ok {
+					return a
+				}
 			}
 			if c.Snapshot {
 				j.metrics.observe("snapshot", time.Since(start))
 				return Author{}
 			}
 			j.metrics.observe("unresolved", time.Since(start))
-			j.log.Info("no audit fact within the grace window; author is unresolved",
+			j.log.Info("no fact or confirmed candidate within the grace window; author is unresolved",
 				"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
 				"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op,
-				"grace", j.grace)
+				"source", src, "grace", j.grace)
 			return Unresolved()
 		}
 	}
+}
+
+// confirmed looks for the candidates confirming c: ok is true once the answer is final, a
+// confirmed candidate's author or, when candidates of different users match, unresolved.
+func (j *Joiner) confirmed(c watch.Change, start time.Time) (Author, bool) {
+	switch res, a := j.confirm(c); res {
+	case confirmed:
+		j.metrics.observe("resolved", time.Since(start))
+		j.metrics.resolvedBy(SourceAdmission)
+		return a, true
+	case ambiguous:
+		j.metrics.observe("unresolved", time.Since(start))
+		j.metrics.ambiguousInc()
+		j.log.Info("admission candidates of different users match the change; author is unresolved",
+			"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
+			"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op)
+		return Unresolved(), true
+	}
+	return Author{}, false
 }
 
 func (j *Joiner) lookup(c watch.Change) *audit.Fact {
@@ -316,7 +384,7 @@ func (j *Joiner) unregister(key string, w chan struct{}) {
 }
 
 func authorFrom(f *audit.Fact) Author {
-	return Author{Identity: f.User, Resolved: true, AuditID: f.AuditID, Verb: f.Verb}
+	return Author{Identity: f.User, Resolved: true, AuditID: f.AuditID, Verb: f.Verb, Source: string(SourceAudit)}
 }
 
 // Unresolved is the explicit author of a change no fact explains.

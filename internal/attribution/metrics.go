@@ -13,6 +13,8 @@ type Metrics struct {
 	wait         *prometheus.HistogramVec
 	pending      prometheus.Gauge
 	lookupErrors prometheus.Counter
+	bySource     *prometheus.CounterVec
+	ambiguous    prometheus.Counter
 }
 
 // NewMetrics registers the join's metrics on reg.
@@ -37,10 +39,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Fact lookups that failed (Redis unreachable or a corrupt fact).",
 		}),
 	}
+	m.bySource = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubescribe_attribution_resolved_total",
+		Help: "Changes whose author was named, by the tier that named it: audit (an audit fact) or admission (an admission candidate the watch confirmed).",
+	}, []string{"source"})
+	m.ambiguous = f.NewCounter(prometheus.CounterOpts{
+		Name: "kubescribe_attribution_ambiguous_candidates_total",
+		Help: "Changes left unresolved because admission candidates of different users matched them.",
+	})
 	for _, r := range []string{"resolved", "unresolved", "snapshot"} {
 		m.joins.WithLabelValues(r)
 	}
+	for _, s := range []Source{SourceAudit, SourceAdmission} {
+		m.bySource.WithLabelValues(string(s))
+	}
 	return m
+}
+
+func (m *Metrics) resolvedBy(s Source) {
+	if m != nil {
+		m.bySource.WithLabelValues(string(s)).Inc()
+	}
+}
+
+func (m *Metrics) ambiguousInc() {
+	if m != nil {
+		m.ambiguous.Inc()
+	}
 }
 
 func (m *Metrics) observe(result string, waited time.Duration) {

@@ -62,6 +62,8 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix keyspace.Prefix
 	ttl    time.Duration
+	// candTTL is how long admission candidates are kept (SetCandidateTTL).
+	candTTL time.Duration
 	// cluster: keys of one batch live on different slots, so they cannot go to one script
 	// call; each key gets its own call, all in one pipeline.
 	cluster bool
@@ -73,7 +75,19 @@ func NewStore(rdb redis.UniversalClient, prefix keyspace.Prefix, ttl time.Durati
 		ttl = DefaultFactTTL
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Store{rdb: rdb, prefix: prefix, ttl: ttl, cluster: cluster}
+	return &Store{rdb: rdb, prefix: prefix, ttl: ttl, candTTL: DefaultCandidateTTL, cluster: cluster}
+}
+
+// DefaultCandidateTTL is how long an admission candidate is kept: a candidate that no watch
+// event confirms within it expires silently.
+const DefaultCandidateTTL = 2 * time.Minute
+
+// SetCandidateTTL sets how long admission candidates are kept; ttl <= 0 keeps the default.
+// Call it before the store is used.
+func (s *Store) SetCandidateTTL(ttl time.Duration) {
+	if ttl > 0 {
+		s.candTTL = ttl
+	}
 }
 
 func (s *Store) writeKey(route, uid, rv string) string {

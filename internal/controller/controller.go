@@ -84,6 +84,9 @@ type Options struct {
 	// NewSourceClients builds the clients of a remote source cluster; NewSourceClients by
 	// default. Test seam.
 	NewSourceClients func(*rest.Config) (SourceClients, error)
+	// AttributionWebhook, when set, makes the controller manage the attribution webhook
+	// configuration (attributionwebhook.go).
+	AttributionWebhook *AttributionWebhookOptions
 }
 
 type kind string
@@ -234,6 +237,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	go func() { defer wg.Done(); c.followRouter(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); c.followSources(ctx) }()
+	if c.opts.AttributionWebhook != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.attributionWebhook().run(ctx) }()
+	}
 	for range workers {
 		wg.Add(1)
 		go func() {

@@ -38,7 +38,7 @@ func seededBuilder(b *testing.B, files int) (treeBuilder, plumbing.Hash) {
 	require.NoError(b, err)
 	require.True(b, ok)
 	// What a worker holds after its start: the tip's trees, no blobs.
-	store, err := compactStore(tb.s.(*memory.Storage), tip)
+	store, err := compactStore(tb.s.(*memory.Storage), tip, plumbing.ZeroHash)
 	require.NoError(b, err)
 	tb.s = store
 	return tb, tip
@@ -63,7 +63,7 @@ func benchCommitLoop(b *testing.B, tb treeBuilder, tip plumbing.Hash) {
 			b.Fatalf("commit %d: ok=%v err=%v", i, ok, err)
 		}
 		if st := tb.s.(*memory.Storage); len(st.Objects) >= compactAt {
-			if tb.s, err = compactStore(st, tip); err != nil {
+			if tb.s, err = compactStore(st, tip, plumbing.ZeroHash); err != nil {
 				b.Fatal(err)
 			}
 			compactAt = len(tb.s.(*memory.Storage).Objects) + compactSlack

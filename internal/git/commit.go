@@ -155,6 +155,9 @@ func commitMessage(changes []attribution.AttributedChange, snapshot bool) string
 				fmt.Fprintf(&b, "Kubescribe-Audit-ID: %s\n", oneLine(id))
 			}
 			b.WriteString("Kubescribe-Attribution: resolved\n")
+			for _, src := range distinct(changes, func(c attribution.AttributedChange) string { return c.Author.Source }) {
+				fmt.Fprintf(&b, "Kubescribe-Attribution-Source: %s\n", oneLine(src))
+			}
 		} else {
 			b.WriteString("Kubescribe-Attribution: unresolved\n")
 		}

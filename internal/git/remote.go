@@ -33,7 +33,7 @@ func (w *Worker) open(ctx context.Context) error {
 	default:
 		return err
 	}
-	compacted, err := compactStore(store, tip)
+	compacted, err := compactStore(store, tip, plumbing.ZeroHash)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,13 @@
 package git
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,4 +81,49 @@ func TestWorkingStoreIsCompactedByBytes(t *testing.T) {
 		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
 	}
 	waitFor(t, "store compacted", func() bool { return strings.Contains(tw.logs.String(), "working store compacted") })
+}
+
+// Compaction does not wait for everything to be pushed: while the remote refuses pushes, the
+// store is compacted around the unpushed commits (their objects and the remote tip's trees
+// stay), and the commits land whole once it accepts them again.
+func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	seedRemote(t, url, "seed/file.yaml", "seed\n")
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 1 << 30 // never by count
+	tw.compactBytes = 1       // after every sync
+	var refuse atomic.Bool
+	refuse.Store(true)
+	tw.pushFn = func(ctx context.Context) error {
+		if refuse.Load() {
+			return errors.New("remote unavailable")
+		}
+		return tw.pushOnce(ctx)
+	}
+	tw.start(t)
+
+	const commits = 6
+	for i := range commits {
+		user := []string{"alice", "bob"}[i%2] // alternating authors: one commit each
+		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", fmt.Sprintf("cfg-%d", i%3), fmt.Sprint(i))))
+		n := i + 1
+		waitFor(t, "committed and compacted", func() bool {
+			return testutil.ToFloat64(opts.Metrics.unpushed) == float64(n) &&
+				strings.Count(tw.logs.String(), "working store compacted") > i
+		})
+	}
+	require.Empty(t, tw.pushes.commits())
+
+	refuse.Store(false)
+	waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == commits })
+	require.NoError(t, tw.stop(t))
+	require.Len(t, gitLog(t, gitDir, "main", "%s"), commits+1)
+	for i := commits - 3; i < commits; i++ {
+		require.Contains(t, gitShow(t, gitDir, "main", fmt.Sprintf("demo/core/configmaps/cfg-%d.yaml", i%3)), fmt.Sprintf("key: %d", i))
+	}
+	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.yaml"))
+	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
 }

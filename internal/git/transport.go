@@ -305,14 +305,22 @@ func (w *Worker) setStore(s *memory.Storage) {
 	w.storeGrowth = 0
 }
 
-// compactIfDue replaces the working store by one holding only what the next commits need, once
-// enough objects accumulated and nothing is unpushed.
+// compactIfDue replaces the working store by one holding only what the next commits and the
+// next push need, once enough objects accumulated: under a steady stream of changes there
+// is always something unpushed, so waiting for nothing to be would let every superseded tree
+// stay (one commit into a directory of 10,000 entries writes a 410 KB tree).
 func (w *Worker) compactIfDue() {
-	if len(w.plans) > 0 || w.stale || w.store == nil || w.localTip != w.remoteTip ||
+	if w.stale || w.store == nil ||
 		(len(w.store.Objects) < w.compactAt && w.storeGrowth < w.compactBytes) {
 		return
 	}
-	s, err := compactStore(w.store, w.localTip)
+	var keep []plumbing.Hash
+	for _, p := range w.plans {
+		for _, o := range p.objects {
+			keep = append(keep, o.hash)
+		}
+	}
+	s, err := compactStore(w.store, w.localTip, w.remoteTip, keep...)
 	if err != nil {
 		w.log.Error("compacting the working store failed; keeping it", "err", err)
 		w.compactAt = len(w.store.Objects) + w.compactEvery
@@ -327,46 +335,35 @@ func (w *Worker) compactIfDue() {
 // compactStore copies out of s what building commits on tip needs: tip's commit and all its
 // trees (never a blob: commits do not read them), and the commit objects of tip's history that
 // s holds, up to rewindScanLimit, to recognise a rewound branch. Its size depends on the size of
-// the tip's tree, not on the history.
-func compactStore(s *memory.Storage, tip plumbing.Hash) (*memory.Storage, error) {
+// the tip's tree, not on the history. When commits on tip are not pushed yet, remote is the
+// remote tip they were built on, whose trees a rebuild and the next fetch start from, and
+// keep the objects those commits created, which their push sends.
+func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing.Hash) (*memory.Storage, error) {
 	out := memory.NewStorage()
 	if tip.IsZero() {
 		return out, nil
 	}
-	c, err := object.GetCommit(s, tip)
-	if err != nil {
-		return nil, fmt.Errorf("read commit %s: %w", tip, err)
+	seen := map[plumbing.Hash]bool{}
+	tips := []plumbing.Hash{tip}
+	if !remote.IsZero() && remote != tip {
+		tips = append(tips, remote)
 	}
-	stack := []plumbing.Hash{c.TreeHash}
-	seen := map[plumbing.Hash]bool{c.TreeHash: true}
-	for len(stack) > 0 {
-		h := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		obj, err := s.EncodedObject(plumbing.TreeObject, h)
-		if err != nil {
-			return nil, fmt.Errorf("read tree %s: %w", h, err)
-		}
-		raw, err := readObject(obj)
-		if err != nil {
+	for _, t := range tips {
+		if err := copyTrees(s, out, t, seen); err != nil {
 			return nil, err
 		}
-		// Kept as a rawObject, whose content later reads (tree, the next compaction) use
-		// without copying it.
-		if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
-			return nil, err
+	}
+	for _, h := range keep {
+		if seen[h] {
+			continue
 		}
-		t, err := parseTree(h, raw)
+		seen[h] = true
+		obj, err := s.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read object %s of an unpushed commit: %w", h, err)
 		}
-		for i, e := range t.ents {
-			if e.mode != filemode.Dir {
-				continue
-			}
-			if sub := t.hashAt(i); !seen[sub] {
-				seen[sub] = true
-				stack = append(stack, sub)
-			}
+		if _, err := out.SetEncodedObject(obj); err != nil {
+			return nil, err
 		}
 	}
 	// History: commit objects only, breadth first, as far as s holds them.
@@ -394,4 +391,48 @@ func compactStore(s *memory.Storage, tip plumbing.Hash) (*memory.Storage, error)
 		}
 	}
 	return out, nil
+}
+
+// copyTrees copies the trees of commit tip from s to out, skipping those in seen (and adding
+// the ones it copies). A tree is kept as a rawObject, whose content later reads (tree, the next
+// compaction) use without copying it.
+func copyTrees(s, out *memory.Storage, tip plumbing.Hash, seen map[plumbing.Hash]bool) error {
+	c, err := object.GetCommit(s, tip)
+	if err != nil {
+		return fmt.Errorf("read commit %s: %w", tip, err)
+	}
+	if seen[c.TreeHash] {
+		return nil
+	}
+	seen[c.TreeHash] = true
+	stack := []plumbing.Hash{c.TreeHash}
+	for len(stack) > 0 {
+		h := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		obj, err := s.EncodedObject(plumbing.TreeObject, h)
+		if err != nil {
+			return fmt.Errorf("read tree %s: %w", h, err)
+		}
+		raw, err := readObject(obj)
+		if err != nil {
+			return err
+		}
+		if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
+			return err
+		}
+		t, err := parseTree(h, raw)
+		if err != nil {
+			return err
+		}
+		for i, e := range t.ents {
+			if e.mode != filemode.Dir {
+				continue
+			}
+			if sub := t.hashAt(i); !seen[sub] {
+				seen[sub] = true
+				stack = append(stack, sub)
+			}
+		}
+	}
+	return nil
 }

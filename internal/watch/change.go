@@ -38,6 +38,17 @@ type Change struct {
 	// ResourceVersion is the object's resourceVersion as the watch delivered it.
 	ResourceVersion string
 	Op              Op
+	// BaseResourceVersion is the resourceVersion the informer held of the object before this
+	// event: the old object's for an update, the last one seen for a delete, "" for a create
+	// and for a change found by a list. An admission candidate is confirmed against it.
+	BaseResourceVersion string
+	// DeletionBaseResourceVersion, for a delete of an object whose deletion was held by
+	// finalizers, is the resourceVersion it had before its deletionTimestamp was set (the
+	// version the DELETE request started from), when the informer saw that happen.
+	DeletionBaseResourceVersion string
+	// Digest is the SHA-256 of Manifest (zero for OpDelete): admission candidates carry the
+	// same digest of the object they would write.
+	Digest [32]byte
 	// Manifest is the declared form as stable YAML; nil for OpDelete. Read-only: it shares its
 	// memory with the informer's cached object.
 	Manifest []byte

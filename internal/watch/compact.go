@@ -21,7 +21,7 @@ import (
 // list is ~55 MB of maps) would hold much more. The transform renders the declared form once,
 // when the object arrives, and keeps:
 //
-//	apiVersion, kind, metadata.{name, namespace, uid, resourceVersion},
+//	apiVersion, kind, metadata.{name, namespace, uid, resourceVersion, deletionTimestamp},
 //	metadata.managedFields reduced to {manager, operation, time, subresource},
 //	and the rendered manifest (or the render error) under keys no API object has.
 const (
@@ -42,6 +42,9 @@ func compactTransform(render Render) cache.TransformFunc {
 		meta := map[string]any{"name": u.GetName(), "uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()}
 		if ns := u.GetNamespace(); ns != "" {
 			meta["namespace"] = ns
+		}
+		if dt, ok, _ := unstructured.NestedString(u.Object, "metadata", "deletionTimestamp"); ok && dt != "" {
+			meta["deletionTimestamp"] = dt // held in deletion: the join needs the version before it
 		}
 		if mf := u.GetManagedFields(); len(mf) > 0 {
 			entries := make([]any, 0, len(mf))

@@ -70,6 +70,11 @@ type sharedInformer struct {
 	mu      sync.Mutex
 	subs    map[types.NamespacedName]*subscription
 	lastErr error
+	// versions is the resourceVersion of each object the handler saw last, and held the
+	// version each object had before its deletionTimestamp appeared: a delete event carries
+	// the deletion's own version, and its Change names the versions the delete started from.
+	versions map[types.UID]string
+	held     map[types.UID]string
 }
 
 func newSharedInformer(client dynamic.Interface, cluster string, key informerKey, opts RegistryOptions, log *slog.Logger) *sharedInformer {
@@ -83,6 +88,9 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		log:     log.With("resource", key.gvr.String(), "namespace", key.namespace),
 		subs:    map[types.NamespacedName]*subscription{},
 		done:    make(chan struct{}),
+
+		versions: map[types.UID]string{},
+		held:     map[types.UID]string{},
 	}
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
@@ -92,14 +100,13 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 	})
 	s.registration, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, isInInitialList bool) { s.onUpsert(obj, OpCreate, isInInitialList) },
+		AddFunc: func(obj any, isInInitialList bool) { s.onUpsert(obj, nil, OpCreate, isInInitialList) },
 		UpdateFunc: func(oldObj, newObj any) {
-			if o, ok := oldObj.(*unstructured.Unstructured); ok {
-				if n, ok := newObj.(*unstructured.Unstructured); ok && o.GetResourceVersion() == n.GetResourceVersion() {
-					return
-				}
+			o, _ := oldObj.(*unstructured.Unstructured)
+			if n, ok := newObj.(*unstructured.Unstructured); ok && o != nil && o.GetResourceVersion() == n.GetResourceVersion() {
+				return
 			}
-			s.onUpsert(newObj, OpUpdate, false)
+			s.onUpsert(newObj, o, OpUpdate, false)
 		},
 		DeleteFunc: s.onDelete,
 	})
@@ -247,7 +254,7 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 		return                       // a write made while nothing watched, by an excluded field manager
 	}
 	c := s.change(sub, u, op)
-	c.Manifest, c.Snapshot, c.Resumed = manifest, true, sub.cursor.Known
+	c.Manifest, c.Digest, c.Snapshot, c.Resumed = manifest, sum, true, sub.cursor.Known
 	s.emit(c)
 }
 
@@ -342,7 +349,25 @@ func (s *sharedInformer) status(target types.NamespacedName) (synced bool, err e
 	return synced, s.lastErr
 }
 
-func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
+// terminating reports whether a compact object carries a deletionTimestamp.
+func terminating(u *unstructured.Unstructured) bool {
+	md, _ := u.Object["metadata"].(map[string]any)
+	_, ok := md["deletionTimestamp"]
+	return ok
+}
+
+// trackLocked records u's version, and the version before its deletionTimestamp appeared.
+func (s *sharedInformer) trackLocked(u, old *unstructured.Unstructured) {
+	uid := u.GetUID()
+	s.versions[uid] = u.GetResourceVersion()
+	if old != nil && terminating(u) && !terminating(old) {
+		if _, ok := s.held[uid]; !ok {
+			s.held[uid] = old.GetResourceVersion()
+		}
+	}
+}
+
+func (s *sharedInformer) onUpsert(obj any, old *unstructured.Unstructured, op Op, initial bool) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return
@@ -350,12 +375,20 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 	s.metrics.observed(s.cluster, s.key.gvr, op)
 	manifest, err := manifestOf(u)
 	if err != nil {
+		s.mu.Lock()
+		s.trackLocked(u, old)
+		s.mu.Unlock()
 		s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
 		return
 	}
 	sum := sha256.Sum256(manifest)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.trackLocked(u, old)
+	base := ""
+	if old != nil {
+		base = old.GetResourceVersion()
+	}
 	for _, sub := range s.subs {
 		if initial && !sub.synced {
 			s.initialLocked(sub, u, manifest, sum)
@@ -375,7 +408,7 @@ func (s *sharedInformer) onUpsert(obj any, op Op, initial bool) {
 			continue
 		}
 		c := s.change(sub, u, op)
-		c.Manifest = manifest
+		c.Manifest, c.Digest, c.BaseResourceVersion = manifest, sum, base
 		s.emit(c)
 	}
 }
@@ -391,10 +424,16 @@ func (s *sharedInformer) onDelete(obj any) {
 	s.metrics.observed(s.cluster, s.key.gvr, OpDelete)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	uid := u.GetUID()
+	base, held := s.versions[uid], s.held[uid]
+	delete(s.versions, uid)
+	delete(s.held, uid)
 	for _, sub := range s.subs {
-		delete(sub.seen, u.GetUID())
+		delete(sub.seen, uid)
 		if sub.allows(OpDelete) {
-			s.emit(s.change(sub, u, OpDelete))
+			c := s.change(sub, u, OpDelete)
+			c.BaseResourceVersion, c.DeletionBaseResourceVersion = base, held
+			s.emit(c)
 		}
 	}
 }

@@ -344,6 +344,17 @@ func (c *Cluster) Set(owner string, specs []StreamSpec) {
 	c.reconcileLocked()
 }
 
+// Streams returns every stream its owners want (a copy), owner by owner in no set order.
+func (c *Cluster) Streams() []StreamSpec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []StreamSpec
+	for _, specs := range c.owners {
+		out = append(out, specs...)
+	}
+	return out
+}
+
 // Remove forgets owner; informers nobody else wants stop.
 func (c *Cluster) Remove(owner string) {
 	c.mu.Lock()

@@ -201,11 +201,14 @@ func (cp *ControlPlane) startAPIServer(bin, etcdURL string, port int) (*process,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--token-auth-file=" + filepath.Join(certs, "tokens.csv"),
 		"--authorization-mode=RBAC",
-		"--audit-policy-file=" + policyPath,
-		"--audit-webhook-config-file=" + webhookPath,
-		"--audit-webhook-batch-max-wait=1s",
-		"--audit-webhook-initial-backoff=1s",
 		"--profiling=false",
+	}
+	if !cp.noAudit {
+		args = append(args,
+			"--audit-policy-file="+policyPath,
+			"--audit-webhook-config-file="+webhookPath,
+			"--audit-webhook-batch-max-wait=1s",
+			"--audit-webhook-initial-backoff=1s")
 	}
 	logPath := filepath.Join(cp.Dir, "kube-apiserver.log")
 	cp.logPaths = append(cp.logPaths, logPath)

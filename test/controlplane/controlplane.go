@@ -51,6 +51,9 @@ type Options struct {
 	AuditRoute string
 	// Logf, when set, receives progress messages (t.Logf fits).
 	Logf func(format string, args ...any)
+	// NoAuditWebhook starts kube-apiserver without an audit webhook, as on a managed cluster
+	// whose audit flags are out of reach (Audit still names an endpoint; nothing calls it).
+	NoAuditWebhook bool
 }
 
 // ControlPlane is a running control plane. Stop it when done.
@@ -77,6 +80,7 @@ type ControlPlane struct {
 	redisMu  sync.Mutex
 	redis    *process
 	logPaths []string
+	noAudit  bool // Options.NoAuditWebhook
 
 	stopOnce sync.Once
 	stopErr  error
@@ -130,7 +134,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 
 	began := time.Now()
-	cp := &ControlPlane{Dir: dir, logf: logf, redisBin: bins.redis}
+	cp := &ControlPlane{Dir: dir, logf: logf, redisBin: bins.redis, noAudit: opts.NoAuditWebhook}
 	defer func() {
 		if err != nil {
 			if stopErr := cp.Stop(); stopErr != nil {

@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/app"
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/test/controlplane"
@@ -51,6 +52,10 @@ type Options struct {
 	// KubescribeConfig, when set, turns the rest config kubescribe would use into the one it
 	// uses: a test may put something between kubescribe and the apiserver.
 	KubescribeConfig func(*rest.Config) (*rest.Config, error)
+	// NoAuditWebhook starts the apiserver without an audit webhook (a managed cluster).
+	NoAuditWebhook bool
+	// AttributionSource is kubescribe's --attribution-source; "" keeps the default (audit).
+	AttributionSource string
 }
 
 // Stack is a running control plane with kubescribe installed and running.
@@ -76,6 +81,13 @@ type Stack struct {
 
 	// admissionAddr is kept across restarts, so the webhook registration stays valid.
 	admissionAddr string
+	// AttributionSource is kubescribe's --attribution-source from its next start on; "" is
+	// the default.
+	AttributionSource string
+	// ManageAttributionWebhook makes kubescribe, from its next start on, manage the
+	// attribution webhook configuration, reached at its admission address (known once it ran
+	// once) with the control plane's CA.
+	ManageAttributionWebhook bool
 }
 
 // Start starts the stack and waits until kubescribe is ready.
@@ -84,11 +96,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf, NoAuditWebhook: opts.NoAuditWebhook})
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig}
+	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig, AttributionSource: opts.AttributionSource}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -139,6 +151,13 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	if s.grace > 0 {
 		o.AttributionGrace = s.grace
 	}
+	if s.AttributionSource != "" {
+		o.AttributionSource = s.AttributionSource
+	}
+	if s.ManageAttributionWebhook && s.admissionAddr != "127.0.0.1:0" {
+		o.AttributionWebhookURL = "https://" + s.admissionAddr
+		o.AttributionWebhookCAFile = cp.Audit.ClientCAFile // the control plane's CA
+	}
 	o.Logger = slog.New(slog.NewJSONHandler(s.logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if s.app, err = app.New(o); err != nil {
 		return err
@@ -184,6 +203,9 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 		"--admission-listen-address="+s.admissionAddr,
 		"--shutdown-timeout=20s", "--attribution-grace="+grace.String(),
 		"--log-format=json", "--log-level=debug")
+	if s.AttributionSource != "" {
+		cmd.Args = append(cmd.Args, "--attribution-source="+s.AttributionSource)
+	}
 	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", bin, err)
@@ -448,4 +470,50 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// AttributionURL is kubescribe's attribution webhook for the control plane's cluster.
+func (s *Stack) AttributionURL() string {
+	return "https://" + s.admissionAddr + admission.PathPrefix + "local"
+}
+
+// RegisterAttributionWebhook registers (or replaces) the attribution
+// ValidatingWebhookConfiguration for the given resources, pointing at AttributionURL with the
+// control plane's CA, as `kubescribe admission-webhook-config --attribution` prints it.
+func (s *Stack) RegisterAttributionWebhook(ctx context.Context, resources []admission.Resource) error {
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	url := s.AttributionURL()
+	cfg := admission.WebhookConfiguration(admission.WebhookOptions{
+		ClientConfig:      admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: s.CA.CertPEM},
+		Resources:         resources,
+		ExcludeNamespaces: []string{"kubescribe-system"},
+	})
+	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	old, err := vwcs.Get(ctx, cfg.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = vwcs.Create(ctx, cfg, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	cfg.ResourceVersion = old.ResourceVersion
+	_, err = vwcs.Update(ctx, cfg, metav1.UpdateOptions{})
+	return err
+}
+
+// RemoveAttributionWebhook deletes the attribution webhook registration.
+func (s *Stack) RemoveAttributionWebhook(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
+	if err != nil {
+		return err
+	}
+	err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, admission.WebhookConfigurationName, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubescribe/kubescribe/internal/admission"
+	"github.com/kubescribe/kubescribe/internal/audit"
+)
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// attributionWebhookConfig prints the attribution ValidatingWebhookConfiguration, for users
+// who manage it themselves (kubescribe manages it when started with
+// --attribution-webhook-url or --attribution-webhook-service).
+func attributionWebhookConfig(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("attribution-webhook-config", flag.ContinueOnError)
+	rawURL := fs.String("url", "", "kubescribe's admission endpoint, e.g. https://10.0.0.5:9443 (the path /validate/attribution/<route> is added when none is given)")
+	service := fs.String("service", "", "the Service in front of kubescribe, as namespace/name[:port] (port 9443 by default)")
+	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
+	route := fs.String("route", "local", "the cluster's name in kubescribe (its --cluster-name)")
+	var resources, exclude listFlag
+	fs.Var(&resources, "resource", "a watched resource, [group/]resource[:OP,OP] with OP one of CREATE, UPDATE, DELETE (all by default); repeat it")
+	fs.Var(&exclude, "exclude-namespace", "a namespace never sent to the webhook besides kube-system (default: kubescribe); repeat it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if !audit.ValidRoute(*route) {
+		return fmt.Errorf("--route %q must be a DNS label", *route)
+	}
+	if len(resources) == 0 {
+		return errors.New("at least one --resource is required: the webhook sees only the watched resources")
+	}
+	if *caFile == "" {
+		return errors.New("--ca-file is required: the apiserver must verify kubescribe's certificate")
+	}
+	ca, err := os.ReadFile(*caFile)
+	if err != nil {
+		return err
+	}
+	cc, err := admission.ClientConfig(*rawURL, *service, ca, *route)
+	if err != nil {
+		return err
+	}
+	var rs []admission.Resource
+	for _, r := range resources {
+		res, err := parseResource(r)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, res)
+	}
+	if len(exclude) == 0 {
+		exclude = listFlag{"kubescribe"}
+	}
+	out, err := yaml.Marshal(admission.WebhookConfiguration(admission.WebhookOptions{ClientConfig: cc, Resources: rs, ExcludeNamespaces: exclude}))
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}
+
+// parseResource reads [group/]resource[:OP,OP].
+func parseResource(s string) (admission.Resource, error) {
+	spec, ops, hasOps := strings.Cut(s, ":")
+	group, resource, ok := strings.Cut(spec, "/")
+	if !ok {
+		group, resource = "", spec
+	}
+	if resource == "" || strings.Contains(resource, "/") {
+		return admission.Resource{}, fmt.Errorf("--resource %q: want [group/]resource[:OP,OP]", s)
+	}
+	r := admission.Resource{Group: group, Resource: resource, Scale: true}
+	if hasOps {
+		for _, op := range strings.Split(ops, ",") {
+			op = strings.ToUpper(strings.TrimSpace(op))
+			if op != admission.OpCreate && op != admission.OpUpdate && op != admission.OpDelete {
+				return admission.Resource{}, fmt.Errorf("--resource %q: operation %q is not one of CREATE, UPDATE, DELETE", s, op)
+			}
+			r.Operations = append(r.Operations, op)
+		}
+	}
+	return r, nil
+}

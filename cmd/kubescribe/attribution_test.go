@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestAttributionWebhookConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+	require.NoError(t, os.WriteFile(ca, pem, 0o600))
+	notPEM := filepath.Join(dir, "not.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
+
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"attribution-webhook-config", "--ca-file", ca, "--url", "https://10.0.0.5:9443", "--route", "prod",
+		"--resource", "configmaps", "--resource", "apps/deployments:update,DELETE", "--exclude-namespace", "ops"}, &out, &errOut), errOut.String())
+	var c admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), &c))
+	require.Equal(t, "kubescribe-attribution", c.Name)
+	w := c.Webhooks[0]
+	require.Equal(t, "https://10.0.0.5:9443/validate/attribution/prod", *w.ClientConfig.URL)
+	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
+	require.Equal(t, admissionregistrationv1.SideEffectClassNone, *w.SideEffects)
+	require.Equal(t, admissionregistrationv1.Equivalent, *w.MatchPolicy)
+	require.Equal(t, int32(2), *w.TimeoutSeconds)
+	require.Equal(t, []string{"kube-system", "ops"}, w.NamespaceSelector.MatchExpressions[0].Values)
+	var rules []string
+	for _, r := range w.Rules {
+		var ops []string
+		for _, o := range r.Operations {
+			ops = append(ops, string(o))
+		}
+		rules = append(rules, r.APIGroups[0]+"|"+strings.Join(r.Resources, ",")+"|"+strings.Join(ops, ","))
+	}
+	require.Equal(t, []string{
+		"|configmaps|CREATE,DELETE,UPDATE", "|configmaps/scale|UPDATE",
+		"apps|deployments|DELETE,UPDATE", "apps|deployments/scale|UPDATE",
+	}, rules)
+
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no resource":     {[]string{"--ca-file", ca, "--url", "https://h"}, "at least one --resource"},
+		"bad operation":   {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps:PATCH"}, `operation "PATCH" is not one of`},
+		"bad resource":    {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "a/b/c"}, "want [group/]resource"},
+		"both":            {[]string{"--ca-file", ca, "--url", "https://h", "--service", "a/b", "--resource", "configmaps"}, "exactly one of"},
+		"http":            {[]string{"--ca-file", ca, "--url", "http://h", "--resource", "configmaps"}, "want an https URL"},
+		"bad service":     {[]string{"--ca-file", ca, "--service", "nope:99999", "--resource", "configmaps"}, "port must be a number"},
+		"no ca":           {[]string{"--url", "https://h", "--resource", "configmaps"}, "--ca-file is required"},
+		"not a PEM":       {[]string{"--ca-file", notPEM, "--url", "https://h", "--resource", "configmaps"}, "holds no PEM certificate"},
+		"bad route":       {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "--route", "Prod_1"}, "must be a DNS label"},
+		"extra arguments": {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "x"}, "unexpected arguments"},
+	} {
+		var out, errOut bytes.Buffer
+		require.NotEqual(t, 0, run(append([]string{"attribution-webhook-config"}, tc.args...), &out, &errOut), name)
+		require.Contains(t, errOut.String(), tc.want, name)
+		require.Empty(t, out.String(), name)
+	}
+}

@@ -1,0 +1,71 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kubescribe/kubescribe/internal/admission"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// The webhook configuration follows the streams in force: created with their resources and
+// operations, left alone while they stay, updated when they change, deleted when none is left.
+func TestAttributionWebhookFollowsTheStreams(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewSimpleClientset()
+	url := "https://kubescribe.example:9443/validate/attribution/local"
+	var streams []watch.StreamSpec
+	w := &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return streams },
+		opts: AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")}, ExcludeNamespaces: []string{"kubescribe"}}}
+	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	get := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
+		v, err := vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+		require.NoError(t, err)
+		return v
+	}
+
+	require.NoError(t, w.sync(ctx)) // nothing watched: nothing registered
+	_, err := vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+
+	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	deploy := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	streams = []watch.StreamSpec{
+		{GVR: cm, Namespace: "a", Operations: []watch.Op{watch.OpCreate}},
+		{GVR: cm, Namespace: "b", Operations: []watch.Op{watch.OpDelete}},
+		{GVR: deploy, Namespace: "a"},
+	}
+	require.NoError(t, w.sync(ctx))
+	rules := get().Webhooks[0].Rules
+	require.Len(t, rules, 3)
+	require.Equal(t, []string{"configmaps"}, rules[0].Resources)
+	require.Equal(t, []admissionregistrationv1.OperationType{"CREATE", "DELETE"}, rules[0].Operations)
+	require.Equal(t, []string{"deployments"}, rules[1].Resources)
+	require.Equal(t, []admissionregistrationv1.OperationType{"CREATE", "DELETE", "UPDATE"}, rules[1].Operations)
+	require.Equal(t, []string{"deployments/scale"}, rules[2].Resources)
+	require.Equal(t, []string{"kube-system", "kubescribe"}, get().Webhooks[0].NamespaceSelector.MatchExpressions[0].Values)
+
+	// Unchanged streams: no write.
+	before := len(kube.Actions())
+	require.NoError(t, w.sync(ctx))
+	for _, a := range kube.Actions()[before:] {
+		require.Equal(t, "get", a.GetVerb())
+	}
+
+	streams = streams[2:]
+	require.NoError(t, w.sync(ctx))
+	require.Len(t, get().Webhooks[0].Rules, 2)
+
+	streams = nil
+	require.NoError(t, w.sync(ctx))
+	_, err = vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+}
