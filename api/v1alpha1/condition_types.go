@@ -146,6 +146,12 @@ const (
 	// nothing is dropped.
 	ReasonPushFailed string = "PushFailed"
 
+	// ReasonFolderNotAdoptable: a GitTarget's folder holds content kubescribe may not write
+	// into (pkg/manifestanalyzer's error codes, as `kubescribe scan` reports them: a Helm
+	// chart, YAML that does not parse, a Secret in plaintext, ...). Nothing is committed for
+	// the target; its changes are held and committed once the folder is fixed.
+	ReasonFolderNotAdoptable string = "FolderNotAdoptable"
+
 	// ReasonInvalidSpec: the spec is invalid in a way the CRD schema does not catch, or sets a
 	// field reserved for a later release (WatchRule excludeFieldManagers/excludeUsers), or a
 	// ClusterWatchRule's namespaceSelector cannot be parsed.

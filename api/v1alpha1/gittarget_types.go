@@ -122,6 +122,12 @@ type GitTargetStatus struct {
 	// LastPushTime is when the last commit for this target was pushed.
 	// +optional
 	LastPushTime *metav1.Time `json:"lastPushTime,omitempty"`
+
+	// FolderTree is the Git tree hash of the target's folder in LastCommit. While the branch's
+	// folder is still that tree, kubescribe knows it wrote it, and does not read the folder's
+	// files to check it again before writing (after a restart, for example).
+	// +optional
+	FolderTree string `json:"folderTree,omitempty"`
 }
 
 // GitTarget is a branch and folder of a GitProvider's repository that WatchRules in the same

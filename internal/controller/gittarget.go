@@ -58,11 +58,19 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		}
 		t.Status.RetargetingTo = &desired
 	}
+	if od := t.Status.ObservedDestination; od != nil && t.Status.FolderTree != "" {
+		// What the last push left in the folder, so a restart does not check it again.
+		c.opts.Router.KnowFolder(name, git.FolderRecord{Provider: types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name},
+			Branch: od.Branch, Path: od.Path, Tree: t.Status.FolderTree})
+	}
 	ready, reason, msg := c.routeTarget(name, &t)
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
 	if ready {
-		if st.LastError != nil {
+		if st.FolderRefused != nil {
+			ready, reason = false, v1alpha1.ReasonFolderNotAdoptable
+			msg = fmt.Sprintf("%v; nothing is committed for this GitTarget, its changes are held until the folder is fixed (checked again when branch %q moves; `kubescribe scan` gives the same answer)", st.FolderRefused, st.Branch)
+		} else if st.LastError != nil {
 			ready, reason = false, v1alpha1.ReasonPushFailed
 			msg = fmt.Sprintf("pushing to %s branch %q failed (%d changes pending, retrying): %v", st.URL, st.Branch, st.Pending, st.LastError)
 		} else if !c.isProviderReady(types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}) {
@@ -72,6 +80,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	}
 	if st.LastCommit != "" {
 		t.Status.LastCommit = st.LastCommit
+		t.Status.FolderTree = st.FolderTree
 		pt := metav1.NewTime(st.LastPush.Truncate(time.Second))
 		t.Status.LastPushTime = &pt
 	}

@@ -44,10 +44,15 @@ type plan struct {
 	// covered is what the last materialization covered: the changes, with each sweep
 	// replaced by the deletions it implied on that parent.
 	covered []attribution.AttributedChange
+	// folderTree is the target folder's tree in the materialized commit.
+	folderTree plumbing.Hash
 }
 
 func (p *plan) info() CommitInfo {
-	ci := CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered}
+	ci := CommitInfo{SHA: p.sha.String(), Target: p.target, Changes: p.covered, Path: folderKey(p.targetPath)}
+	if !p.folderTree.IsZero() {
+		ci.FolderTree = p.folderTree.String()
+	}
 	if p.request != nil {
 		ci.Request = p.request.ID
 	}
@@ -764,6 +769,9 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	}
 	tb.record(sha, plumbing.ZeroHash)
 	p.objects = created
+	if p.folderTree, err = tb.dirIn(tree, folderKey(p.targetPath)); err != nil {
+		return plumbing.ZeroHash, false, err
+	}
 	tb.trees.commit()
 	return sha, true, nil
 }

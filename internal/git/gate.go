@@ -23,22 +23,49 @@ type FolderRefusedError struct {
 	Path string
 	// Codes are the distinct error codes found, in manifestanalyzer.Codes() order.
 	Codes []manifestanalyzer.Code
-	// Report is the whole answer, warnings included.
+	// Report is the whole answer, warnings included; nil when the folder could not be
+	// scanned at all (Detail says why).
 	Report *manifestanalyzer.Report
+	// Detail, when set, is why the folder was refused without a scan (it is a file).
+	Detail string
 }
 
+// maxRefusalMessages is how many error findings the error message quotes.
+const maxRefusalMessages = 3
+
 func (e *FolderRefusedError) Error() string {
+	if e.Report == nil {
+		return fmt.Sprintf("folder %q may not become a GitTarget: %s", e.Path, e.Detail)
+	}
+	msg := fmt.Sprintf("folder %q may not become a GitTarget: %s", e.Path, e.codeList())
+	var quoted []string
+	n := 0
+	for _, f := range e.Report.Findings {
+		if f.Severity != manifestanalyzer.SeverityError {
+			continue
+		}
+		n++
+		if len(quoted) < maxRefusalMessages {
+			quoted = append(quoted, f.Message)
+		}
+	}
+	if len(quoted) == 0 {
+		return msg
+	}
+	msg += " (first: " + strings.Join(quoted, "; ")
+	if n > len(quoted) {
+		msg += fmt.Sprintf("; and %d more", n-len(quoted))
+	}
+	return msg + ")"
+}
+
+// codeList is the codes, comma separated.
+func (e *FolderRefusedError) codeList() string {
 	codes := make([]string, len(e.Codes))
 	for i, c := range e.Codes {
 		codes[i] = string(c)
 	}
-	msg := fmt.Sprintf("folder %q may not become a GitTarget: %s", e.Path, strings.Join(codes, ", "))
-	for _, f := range e.Report.Findings {
-		if f.Severity == manifestanalyzer.SeverityError {
-			return msg + " (first: " + f.Message + ")"
-		}
-	}
-	return msg
+	return strings.Join(codes, ", ")
 }
 
 // CheckFolder is the writer-side gate: it scans folder targetPath of tree with
@@ -49,7 +76,7 @@ func CheckFolder(ctx context.Context, tree *object.Tree, targetPath string) erro
 	if tree == nil {
 		return nil
 	}
-	p := strings.TrimPrefix(path.Join("/", targetPath), "/")
+	p := folderKey(targetPath)
 	sub := tree
 	if p != "" {
 		e, err := tree.FindEntry(p)
@@ -66,6 +93,11 @@ func CheckFolder(ctx context.Context, tree *object.Tree, targetPath string) erro
 			return fmt.Errorf("reading folder %q: %w", p, err)
 		}
 	}
+	return checkTree(ctx, sub, p)
+}
+
+// checkTree scans the tree of folder p (cleaned) with pkg/manifestanalyzer.
+func checkTree(ctx context.Context, sub *object.Tree, p string) error {
 	r, err := manifestanalyzer.ScanFolder(ctx, treeFS{sub}, manifestanalyzer.Options{})
 	if err != nil {
 		return fmt.Errorf("scanning folder %q: %w", p, err)
@@ -74,6 +106,12 @@ func CheckFolder(ctx context.Context, tree *object.Tree, targetPath string) erro
 		return &FolderRefusedError{Path: p, Codes: r.Codes(), Report: r}
 	}
 	return nil
+}
+
+// folderKey is a GitTarget folder as the layout and the gate name it: cleaned, "" for the
+// repository root.
+func folderKey(targetPath string) string {
+	return strings.TrimPrefix(path.Join("/", targetPath), "/")
 }
 
 // treeFS is a read-only fs.FS over a go-git tree, so the analyzer reads the branch straight

@@ -43,7 +43,16 @@ func newBareRemote(t testing.TB) (string, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "remote.git")
 	runGit(t, "", "init", "--bare", "-q", dir)
+	servePartialClones(t, dir)
 	return dir, "file://" + dir
+}
+
+// servePartialClones configures a bare repository as servers that support partial clone are
+// (GitHub, GitLab): fetches may filter out blobs, and ask for objects by id.
+func servePartialClones(t testing.TB, gitDir string) {
+	t.Helper()
+	runGit(t, "", "--git-dir="+gitDir, "config", "uploadpack.allowFilter", "true")
+	runGit(t, "", "--git-dir="+gitDir, "config", "uploadpack.allowAnySHA1InWant", "true")
 }
 
 // gitLog returns `git log --format=<format>` of branch in the bare repository, newest first.

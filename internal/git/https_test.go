@@ -35,6 +35,7 @@ func newCountingHTTPSRemote(t *testing.T, user, password string) (string, string
 	gitDir := filepath.Join(root, "repo.git")
 	runGit(t, "", "init", "--bare", "-q", gitDir)
 	runGit(t, "", "--git-dir="+gitDir, "config", "http.receivepack", "true")
+	servePartialClones(t, gitDir)
 	backend := &cgi.Handler{
 		Path:       filepath.Join(runGit(t, "", "--exec-path"), "git-http-backend"),
 		Env:        []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},

@@ -26,6 +26,8 @@ type Metrics struct {
 	pushBytesTot prometheus.Counter
 	unpushed     prometheus.Gauge
 	storeObjects prometheus.Gauge
+	folderChecks *prometheus.CounterVec
+	folderFetch  *prometheus.CounterVec
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -69,9 +71,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_store_objects",
 			Help: "Objects held in the in-memory working stores of running git workers.",
 		}),
+		folderChecks: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_git_folder_checks_total",
+			Help: "Checks of a GitTarget's folder before the first commit into it, by result: adoptable, refused, known (absent, or as kubescribe last pushed it: not scanned) or error.",
+		}, []string{"result"}),
+		folderFetch: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_git_folder_check_fetches_total",
+			Help: "Fetches made to read a folder's files for its check, by kind: blobs (the folder's files by id) or full (the branch tip with every file, when the remote refused the ids).",
+		}, []string{"kind"}),
 	}
 	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
 		m.pushes.WithLabelValues(r)
+	}
+	for _, r := range []string{folderCheckAdoptable, folderCheckRefused, folderCheckKnown, folderCheckError} {
+		m.folderChecks.WithLabelValues(r)
+	}
+	for _, k := range []string{folderFetchBlobs, folderFetchFull} {
+		m.folderFetch.WithLabelValues(k)
 	}
 	return m
 }
@@ -122,5 +138,17 @@ func (m *Metrics) addUnpushed(n int) {
 func (m *Metrics) addStoreObjects(n int) {
 	if m != nil && n != 0 {
 		m.storeObjects.Add(float64(n))
+	}
+}
+
+func (m *Metrics) folderChecked(result string) {
+	if m != nil {
+		m.folderChecks.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) folderFetched(kind string) {
+	if m != nil {
+		m.folderFetch.WithLabelValues(kind).Inc()
 	}
 }

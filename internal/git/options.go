@@ -121,6 +121,14 @@ type Options struct {
 	// commit (CloseNoOpenWindow, CloseNothingToCommit). A
 	// request that closes a window is reported by OnPushed, through CommitInfo.Request.
 	OnClosed func(id string, outcome CloseOutcome)
+	// KnownFolder, when set, reports whether tree is the tree kubescribe's last push into
+	// folder (cleaned, "" for the repository root) left there. Such a folder is not checked
+	// again before the first commit into it (a restart does not fetch the files of a large
+	// mirror). Called from the worker goroutine; it must not block.
+	KnownFolder func(folder string, tree plumbing.Hash) bool
+	// OnFolder is called, from the worker goroutine, when a folder was refused by the gate, or
+	// passed it (FolderRefusal says which). It must not block.
+	OnFolder func(folder string)
 	// Now is the clock for commit and push timestamps; defaults to time.Now. Scheduling (the
 	// commit window timer, backoff) always uses the real monotonic clock.
 	Now func() time.Time

@@ -25,7 +25,7 @@ func (w *Worker) open(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
 	store := memory.NewStorage()
-	tip, err := w.fetchInto(ctx, store, plumbing.ZeroHash, 1)
+	tip, err := w.fetchInto(ctx, store, plumbing.ZeroHash, 1, false)
 	switch {
 	case err == nil:
 	case errors.Is(err, errNoBranch):
@@ -63,7 +63,7 @@ func (w *Worker) open(ctx context.Context) error {
 func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
-	tip, err := w.fetchInto(ctx, w.store, w.remoteTip, len(w.plans)+historyScanSlack+1)
+	tip, err := w.fetchInto(ctx, w.store, w.remoteTip, len(w.plans)+historyScanSlack+1, false)
 	switch {
 	case err == nil:
 	case errors.Is(err, errNoBranch):

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
@@ -63,6 +64,23 @@ type TargetStatus struct {
 	// flight before the router either, zero means everything observed for the destination so
 	// far is on the remote: a retarget waits for it.
 	Unpushed int
+	// FolderTree is the hash of the target folder's tree in LastCommit ("" when unknown).
+	FolderTree string
+	// FolderRefused, when set, says why the target's folder may not become a GitTarget's
+	// folder: the worker holds the target's changes, uncommitted, until the folder is fixed.
+	FolderRefused *FolderRefusedError
+}
+
+// FolderRecord is a folder kubescribe pushed: the tree its last push left in it. The
+// controller hands the record it kept in a GitTarget's status back with KnowFolder after a
+// restart, so a folder still at that tree is not checked again.
+type FolderRecord struct {
+	Provider types.NamespacedName
+	Branch   string
+	// Path is the folder ("" for the repository root).
+	Path string
+	// Tree is the folder's tree hash.
+	Tree string
 }
 
 // cursorAdvancer records pushed changes as the streams' resume points; watch.CursorStore
@@ -126,8 +144,9 @@ type streamCount struct {
 }
 
 type pushRecord struct {
-	sha  string
-	time time.Time
+	sha        string
+	time       time.Time
+	folderTree string
 }
 
 // Router owns the git side of the data path: which branch worker writes each GitTarget's
@@ -149,6 +168,8 @@ type Router struct {
 	// guarded by countMu, which is taken after mu when both are held.
 	countMu sync.Mutex
 	counts  map[types.NamespacedName]streamCount
+	// folders are the folders the targets' last pushes left, by target.
+	folders map[types.NamespacedName]FolderRecord
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
 
@@ -172,6 +193,7 @@ func NewRouter(opts RouterOptions) *Router {
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
 		counts:  map[types.NamespacedName]streamCount{},
+		folders: map[types.NamespacedName]FolderRecord{},
 		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
 		signal:  make(chan struct{}, 1),
@@ -229,7 +251,35 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 	r.setRouteLocked(target, nil)
 	if forget {
 		delete(r.pushes, target)
+		delete(r.folders, target)
 	}
+}
+
+// KnowFolder records what target's last push left in its folder, as kept by the caller (the
+// GitTarget's status), unless the router knows a push of its own already.
+func (r *Router) KnowFolder(target types.NamespacedName, rec FolderRecord) {
+	if rec.Tree == "" {
+		return
+	}
+	rec.Path = folderKey(rec.Path)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.folders[target]; !ok {
+		r.folders[target] = rec
+	}
+}
+
+// knownFolder reports whether the last push of a target into folder of worker k's branch left
+// tree there.
+func (r *Router) knownFolder(k workerKey, folder string, tree plumbing.Hash) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, rec := range r.folders {
+		if rec.Provider == k.provider && rec.Branch == k.branch && rec.Path == folder && rec.Tree == tree.String() {
+			return true
+		}
+	}
+	return false
 }
 
 // Routed reports whether target has a destination.
@@ -248,7 +298,7 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	r.mu.RUnlock()
 	var st TargetStatus
 	if pushed {
-		st.LastCommit, st.LastPush = push.sha, push.time
+		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folderTree
 	}
 	if routed {
 		ws := rt.worker.worker.Status()
@@ -259,6 +309,7 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 			st.Unpushed = max(0, c.submitted-c.done)
 		}
 		r.countMu.Unlock()
+		st.FolderRefused = rt.worker.worker.FolderRefusal(rt.path)
 	}
 	return st
 }
@@ -358,8 +409,10 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		AuthorEmailDomain: remote.AuthorEmailDomain,
 		Logger:            r.opts.Logger.With("provider", k.provider.String()),
 		Metrics:           r.opts.Metrics,
-		OnPushed:          r.onPushed,
+		OnPushed:          func(res PushResult) { r.onPushed(k, res) },
 		OnFailed:          func(error) { r.notify(r.targetsOf(k)...) },
+		KnownFolder:       func(folder string, tree plumbing.Hash) bool { return r.knownFolder(k, folder, tree) },
+		OnFolder:          func(folder string) { r.notify(r.targetsIn(k, folder)...) },
 		OnClosed:          r.onClosed,
 	})
 	if err != nil {
@@ -383,6 +436,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 			if rt.worker == old {
 				rt.worker = rw
 				r.routes[name] = rt
+				rw.worker.PrepareFolder(rt.path)
 			}
 		}
 	}
@@ -405,9 +459,15 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 		delete(r.counts, target) // a new destination counts afresh
 		r.countMu.Unlock()
 	}
+	if old, ok := r.routes[target]; ok && (rt == nil || rt.worker != old.worker || folderKey(rt.path) != folderKey(old.path)) {
+		defer r.leftFolderLocked(old)
+	}
 	if rt == nil {
 		delete(r.routes, target)
 	} else {
+		if old, ok := r.routes[target]; !ok || old.worker != rt.worker || folderKey(old.path) != folderKey(rt.path) {
+			rt.worker.worker.PrepareFolder(rt.path)
+		}
 		r.routes[target] = *rt
 	}
 	used := map[*runningWorker]bool{}
@@ -421,11 +481,22 @@ func (r *Router) setRouteLocked(target types.NamespacedName, rt *route) {
 	}
 }
 
+// leftFolderLocked tells a worker that a route left its folder, unless another route of the
+// worker writes there. r.mu must be held.
+func (r *Router) leftFolderLocked(old route) {
+	for _, rt := range r.routes {
+		if rt.worker == old.worker && folderKey(rt.path) == folderKey(old.path) {
+			return
+		}
+	}
+	old.worker.worker.ForgetFolder(old.path)
+}
+
 // onPushed advances the resume cursors past the changes a push delivered, and records the last
-// commit of each target it carried. Only the changes of a target's current destination count:
+// commit of each target it carried and the folder it left. Only the changes of a target's current destination count:
 // the cursors of a destination it left (a retarget dropped them) are not written again, and
 // neither are those of a target that has no route (a deleted one).
-func (r *Router) onPushed(res PushResult) {
+func (r *Router) onPushed(k workerKey, res PushResult) {
 	var all []watch.Change
 	for _, ci := range res.Commits {
 		for _, c := range ci.Changes {
@@ -470,7 +541,8 @@ func (r *Router) onPushed(res PushResult) {
 	}
 	r.mu.Lock()
 	for _, ci := range res.Commits {
-		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now}
+		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now, folderTree: ci.FolderTree}
+		r.folders[ci.Target] = FolderRecord{Provider: k.provider, Branch: k.branch, Path: ci.Path, Tree: ci.FolderTree}
 		targets = append(targets, ci.Target)
 		if cs, ok := r.closes[ci.Request]; ok && ci.Request != "" {
 			cs.result = CloseResult{Outcome: CloseCommitted, SHA: ci.SHA, Branch: cs.branch}
@@ -487,6 +559,19 @@ func (r *Router) targetsOf(k workerKey) []types.NamespacedName {
 	var names []types.NamespacedName
 	for name, rt := range r.routes {
 		if rt.worker.key == k {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// targetsIn lists the targets a worker writes for into folder.
+func (r *Router) targetsIn(k workerKey, folder string) []types.NamespacedName {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var names []types.NamespacedName
+	for name, rt := range r.routes {
+		if rt.worker.key == k && folderKey(rt.path) == folder {
 			names = append(names, name)
 		}
 	}

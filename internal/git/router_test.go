@@ -3,10 +3,13 @@ package git
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -50,12 +53,21 @@ func TestRouterDeliversAndRecordsPushes(t *testing.T) {
 	r.Deliver(by("bob", "a0", dropped))
 	r.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "shop", "settings", "v1")))
 
-	select {
-	case <-r.Updates():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no update signalled after the push")
-	}
-	require.Equal(t, []types.NamespacedName{tenants}, r.Changed())
+	// Updates are signalled when the folder passed its check, and after the push.
+	var changed []types.NamespacedName
+	require.Eventually(t, func() bool {
+		select {
+		case <-r.Updates():
+			changed = append(changed, r.Changed()...)
+		default:
+		}
+		return r.TargetStatus(tenants).LastCommit != ""
+	}, 30*time.Second, 10*time.Millisecond, "no push")
+	require.Eventually(t, func() bool {
+		changed = append(changed, r.Changed()...)
+		return slices.Contains(changed, tenants)
+	}, 30*time.Second, 10*time.Millisecond, "no update signalled after the push")
+	require.NotContains(t, changed, other)
 	st := r.TargetStatus(tenants)
 	require.Equal(t, runGit(t, "", "--git-dir="+dir, "rev-parse", "refs/heads/main"), st.LastCommit)
 	require.False(t, st.LastPush.IsZero())
@@ -158,7 +170,8 @@ func TestRouterAdvancesCursorsAfterPush(t *testing.T) {
 func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	dir, url := newBareRemote(t)
 	cursors := &recordedCursors{}
-	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors})
+	metrics := NewMetrics(prometheus.NewRegistry())
+	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors, Metrics: metrics})
 	r.Start(context.Background())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -168,6 +181,11 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	remote := testRemote(url)
 	remote.CommitWindow = 2 * time.Second // the move below happens inside the window
 	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "old", Stream: "main:old"}))
+	// The folder check of "old" (absent: nothing to read) is done, so the change below is not
+	// held by it: held changes of a folder the target leaves are dropped.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(metrics.folderChecks.WithLabelValues("known")) == 1
+	}, 30*time.Second, 10*time.Millisecond)
 	old := cmChange(watch.OpCreate, "shop", "settings", "v1")
 	old.Destination = "main:old"
 	r.Deliver(by("alice", "a1", old))

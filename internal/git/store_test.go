@@ -23,7 +23,7 @@ import (
 // still land correctly on the remote.
 func TestWorkingStoreIsCompacted(t *testing.T) {
 	gitDir, url := newBareRemote(t)
-	seedRemote(t, url, "seed/file.yaml", "seed\n")
+	seedRemote(t, url, "seed/file.txt", "seed\n") // not a manifest: the folder gate passes it
 	opts := testOptions(url)
 	opts.CommitWindow = time.Millisecond
 	opts.Metrics = NewMetrics(prometheus.NewRegistry())
@@ -48,7 +48,7 @@ func TestWorkingStoreIsCompacted(t *testing.T) {
 
 	require.Len(t, gitLog(t, gitDir, "main", "%s"), commits+1)
 	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg.yaml"), fmt.Sprintf("key: %d", commits-1))
-	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.yaml"))
+	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.txt"))
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
 	require.Contains(t, tw.logs.String(), "working store compacted")
 }
@@ -88,7 +88,7 @@ func TestWorkingStoreIsCompactedByBytes(t *testing.T) {
 // stay), and the commits land whole once it accepts them again.
 func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 	gitDir, url := newBareRemote(t)
-	seedRemote(t, url, "seed/file.yaml", "seed\n")
+	seedRemote(t, url, "seed/file.txt", "seed\n") // not a manifest: the folder gate passes it
 	opts := testOptions(url)
 	opts.CommitWindow = time.Millisecond
 	opts.Metrics = NewMetrics(prometheus.NewRegistry())
@@ -124,6 +124,6 @@ func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 	for i := commits - 3; i < commits; i++ {
 		require.Contains(t, gitShow(t, gitDir, "main", fmt.Sprintf("demo/core/configmaps/cfg-%d.yaml", i%3)), fmt.Sprintf("key: %d", i))
 	}
-	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.yaml"))
+	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.txt"))
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
 }

@@ -111,8 +111,8 @@ func (w *Worker) branchIn(ar *packp.AdvRefs) (plumbing.Hash, bool) {
 
 // fetchInto downloads the branch tip into store: the commits down to depth (or to have, the
 // tip last seen, whose trees store holds) and their trees, and their blobs only when the server
-// cannot filter them out. It returns the tip, or errNoBranch.
-func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plumbing.Hash, depth int) (plumbing.Hash, error) {
+// cannot filter them out, or when blobs is set. It returns the tip, or errNoBranch.
+func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plumbing.Hash, depth int, blobs bool) (plumbing.Hash, error) {
 	cl, ep, auth, err := w.dial()
 	if err != nil {
 		return plumbing.ZeroHash, err
@@ -133,30 +133,17 @@ func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plum
 	if !ok {
 		return plumbing.ZeroHash, errNoBranch
 	}
-	if tip == have || w.planCommit(tip) {
+	if !blobs && (tip == have || w.planCommit(tip)) {
 		return tip, nil // store holds it with its trees
 	}
 	req := packp.NewUploadPackRequest()
 	caps := ar.Capabilities
-	for _, c := range []capability.Capability{capability.OFSDelta, capability.NoProgress} {
-		if caps.Supports(c) {
-			_ = req.Capabilities.Set(c)
-		}
-	}
-	band := sideband.Type(0)
-	switch {
-	case caps.Supports(capability.Sideband64k):
-		band = sideband.Sideband64k
-		_ = req.Capabilities.Set(capability.Sideband64k)
-	case caps.Supports(capability.Sideband):
-		band = sideband.Sideband
-		_ = req.Capabilities.Set(capability.Sideband)
-	}
+	band := packRequest(req, caps)
 	if caps.Supports(capability.Shallow) {
 		_ = req.Capabilities.Set(capability.Shallow)
 		req.Depth = packp.DepthCommits(depth)
 	}
-	if caps.Supports(capability.Filter) {
+	if caps.Supports(capability.Filter) && !blobs {
 		_ = req.Capabilities.Set(capability.Filter)
 		req.Filter = packp.FilterBlobNone()
 	}
@@ -171,9 +158,38 @@ func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plum
 			}
 		}
 	}
+	if err := readPack(ctx, sess, req, band, store); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if _, err := object.GetCommit(store, tip); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("fetched pack lacks the branch tip %s: %w", tip, err)
+	}
+	return tip, nil
+}
+
+// packRequest sets the capabilities every fetch asks for and returns the sideband to read.
+func packRequest(req *packp.UploadPackRequest, caps *capability.List) sideband.Type {
+	for _, c := range []capability.Capability{capability.OFSDelta, capability.NoProgress} {
+		if caps.Supports(c) {
+			_ = req.Capabilities.Set(c)
+		}
+	}
+	switch {
+	case caps.Supports(capability.Sideband64k):
+		_ = req.Capabilities.Set(capability.Sideband64k)
+		return sideband.Sideband64k
+	case caps.Supports(capability.Sideband):
+		_ = req.Capabilities.Set(capability.Sideband)
+		return sideband.Sideband
+	}
+	return 0
+}
+
+// readPack sends req and stores the pack the server answers with.
+func readPack(ctx context.Context, sess transport.UploadPackSession, req *packp.UploadPackRequest, band sideband.Type, store *memory.Storage) error {
 	resp, err := sess.UploadPack(ctx, req)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return err
 	}
 	defer func() { _ = resp.Close() }()
 	var r io.Reader = resp
@@ -181,12 +197,33 @@ func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plum
 		r = sideband.NewDemuxer(band, resp)
 	}
 	if err := packfile.UpdateObjectStorage(store, r); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("read pack: %w", err)
+		return fmt.Errorf("read pack: %w", err)
 	}
-	if _, err := object.GetCommit(store, tip); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("fetched pack lacks the branch tip %s: %w", tip, err)
+	return nil
+}
+
+// fetchBlobs downloads objects by id into store, as a partial clone's lazy fetch does: one
+// request whose wants are the ids, without filter or depth. The server must allow wants of
+// objects it did not advertise (git: uploadpack.allowAnySHA1InWant; servers that support
+// partial clone do).
+func (w *Worker) fetchBlobs(ctx context.Context, store *memory.Storage, ids []plumbing.Hash) error {
+	cl, ep, auth, err := w.dial()
+	if err != nil {
+		return err
 	}
-	return tip, nil
+	sess, err := cl.NewUploadPackSession(ep, auth)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sess.Close() }()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return err
+	}
+	req := packp.NewUploadPackRequest()
+	band := packRequest(req, ar.Capabilities)
+	req.Wants = ids
+	return readPack(ctx, sess, req, band, store)
 }
 
 // planCommit reports whether h is one of the unpushed commits.

@@ -33,6 +33,10 @@ type CommitInfo struct {
 	SHA     string
 	Target  types.NamespacedName
 	Changes []attribution.AttributedChange
+	// Path is the target's folder the commit wrote to, and FolderTree the hash of that
+	// folder's tree in the commit ("" when the commit left the folder empty).
+	Path       string
+	FolderTree string
 	// Request is the ID of the close request that closed this commit's window, if any.
 	Request string
 }
@@ -97,6 +101,9 @@ type submission struct {
 	change     attribution.AttributedChange
 	// close, when set, is a close request instead of a change (RequestClose).
 	close *CloseRequest
+	// forget, when set, is a ForgetFolder of targetPath instead of a change; prepare a
+	// PrepareFolder.
+	forget, prepare bool
 }
 
 // windowKey is what consecutive changes must share to go into one commit.
@@ -141,14 +148,18 @@ type Worker struct {
 	opTimeout    time.Duration
 	finalTimeout time.Duration
 	compactEvery int                             // compactSlack
+	gateRecheck  time.Duration                   // defaultGateRecheck
+	gateBatch    int                             // blobBatch
 	pushFn       func(ctx context.Context) error // pushes the local branch; pushOnce
 
 	running atomic.Bool
 	wake    chan struct{}
 
-	mu       sync.Mutex
-	queue    []submission
-	status   Status
+	mu     sync.Mutex
+	queue  []submission
+	status Status
+	// refusals are the folders that did not pass the gate, by folder (folderKey).
+	refusals map[string]*FolderRefusedError
 	stopping bool // shutdown began: the final commit is made, later submissions are not committed
 	stopped  bool // Run returned: submissions are no longer queued
 
@@ -163,6 +174,8 @@ type Worker struct {
 	storeGrowth  int64
 	compactBytes int64 // compactBytes; test seam
 	trees        *treeCache
+	// gates are the folder gates, by folder (folderKey).
+	gates map[string]*folderGate
 	// Values this worker last added to the shared gauges.
 	gaugePlans, gaugeObjects int
 	remoteTip                plumbing.Hash // remote branch as last seen; parent of the first unpushed commit
@@ -180,6 +193,8 @@ type Worker struct {
 	settled  []attribution.AttributedChange
 	failures int
 	retryAt  time.Time // real clock; zero = now
+	// checkFailed is set while LastError is a failed folder check's.
+	checkFailed bool
 }
 
 // NewWorker validates opts and returns a worker; nothing touches the remote before Run.
@@ -195,7 +210,11 @@ func NewWorker(opts Options) (*Worker, error) {
 		finalTimeout: defaultFinalTimeout,
 		compactEvery: compactSlack,
 		compactBytes: compactBytes,
+		gateRecheck:  defaultGateRecheck,
+		gateBatch:    blobBatch,
 		trees:        newTreeCache(),
+		gates:        map[string]*folderGate{},
+		refusals:     map[string]*FolderRefusedError{},
 		wake:         make(chan struct{}, 1),
 	}
 	w.pushFn = w.pushOnce
@@ -293,6 +312,15 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 		next = w.win.deadline
 	}
 	needRemote := w.store == nil || w.stale || len(w.plans) > 0
+	for _, g := range w.gates {
+		if g.state == gateOpen {
+			continue
+		}
+		needRemote = true
+		if !g.checkAt.IsZero() && (next.IsZero() || g.checkAt.Before(next)) {
+			next = g.checkAt
+		}
+	}
 	if needRemote && w.retryAt.After(time.Now()) && (next.IsZero() || w.retryAt.Before(next)) {
 		next = w.retryAt
 	}
@@ -337,6 +365,12 @@ func (w *Worker) shutdown(ctx context.Context) error {
 	msg := fmt.Sprintf("git: %d changes not pushed to branch %q", pending, w.opts.Branch)
 	if late > 0 {
 		msg += fmt.Sprintf(" (%d of them submitted after shutdown began)", late)
+	}
+	if held := w.refusedChanges(); held > 0 {
+		msg += fmt.Sprintf(" (%d of them held: their folder did not pass the folder check)", held)
+		if lastErr == nil && held == pending-late {
+			lastErr = errors.New("nothing else was left to push")
+		}
 	}
 	var err error
 	if pending > late {
@@ -393,7 +427,19 @@ func (w *Worker) acceptAll(q []submission) {
 }
 
 func (w *Worker) accept(s submission) {
+	if s.forget {
+		w.forgetGate(s.targetPath)
+		return
+	}
+	if s.prepare {
+		w.gateFor(s.targetPath)
+		return
+	}
 	if s.close != nil {
+		if g := w.heldFor(s.close.Target); g != nil {
+			g.hold(s) // its target's changes wait for their folder: so does the request
+			return
+		}
 		w.acceptClose(*s.close)
 		return
 	}
@@ -402,6 +448,10 @@ func (w *Worker) accept(s submission) {
 		w.log.Error("change cannot be stored in git; skipped", "err", err,
 			"resource", c.GVR.Resource, "namespace", c.Namespace, "name", c.Name, "resourceVersion", c.ResourceVersion)
 		w.addPending(-1)
+		return
+	}
+	if g := w.gateFor(s.targetPath); g.state != gateOpen {
+		g.hold(s)
 		return
 	}
 	key := windowKey{targetPath: s.targetPath, target: c.Target, snapshot: c.Snapshot}
@@ -536,6 +586,10 @@ func (w *Worker) sync(ctx context.Context) {
 			return
 		}
 	}
+	w.checkGates(ctx)
+	if time.Now().Before(w.retryAt) {
+		return // a check failed
+	}
 	if len(w.plans) > 0 {
 		w.push(ctx)
 	}
@@ -669,6 +723,7 @@ func (w *Worker) failed(ctx context.Context, what string, err error) {
 		return
 	}
 	w.failures++
+	w.checkFailed = false // replaced by this failure; a failed check sets it again
 	d := w.backoff(w.failures)
 	w.retryAt = time.Now().Add(d)
 	w.setError(err)

@@ -102,8 +102,8 @@ func (g *GitServer) RepoDir(name string) string {
 	return filepath.Join(g.root, name+".git")
 }
 
-// CreateRepo creates an empty bare repository whose default branch is main, and returns its
-// directory. name may contain slashes ("org/repo").
+// CreateRepo creates an empty bare repository whose default branch is main, configured as a
+// server that supports partial clone, and returns its directory. name may contain slashes ("org/repo").
 func (g *GitServer) CreateRepo(name string) (string, error) {
 	if name == "" || strings.Contains(name, "..") || strings.HasPrefix(name, "/") {
 		return "", fmt.Errorf("git server: invalid repository name %q", name)
@@ -112,6 +112,10 @@ func (g *GitServer) CreateRepo(name string) (string, error) {
 	for _, args := range [][]string{
 		{"init", "--quiet", "--bare", "--initial-branch=main", dir},
 		{"-C", dir, "config", "http.receivepack", "true"},
+		// As servers that support partial clone (GitHub, GitLab) do: fetches may filter out
+		// blobs, and ask for objects by id (kubescribe's folder check fetches a folder's blobs).
+		{"-C", dir, "config", "uploadpack.allowFilter", "true"},
+		{"-C", dir, "config", "uploadpack.allowAnySHA1InWant", "true"},
 	} {
 		cmd := exec.Command(g.gitPath, args...)
 		cmd.Env = gitEnv(g.root)
