@@ -22,7 +22,7 @@ import (
 // when the object arrives, and keeps:
 //
 //	apiVersion, kind, metadata.{name, namespace, uid, resourceVersion, deletionTimestamp},
-//	metadata.managedFields reduced to {manager, operation, time, subresource},
+//	metadata.managedFields reduced to the newest writers' {manager, operation, time},
 //	and the rendered manifest (or the render error) under keys no API object has.
 const (
 	manifestKey    = "\x00kubescribe:manifest"
@@ -46,17 +46,12 @@ func compactTransform(render Render) cache.TransformFunc {
 		if dt, ok, _ := unstructured.NestedString(u.Object, "metadata", "deletionTimestamp"); ok && dt != "" {
 			meta["deletionTimestamp"] = dt // held in deletion: the join needs the version before it
 		}
-		if mf := u.GetManagedFields(); len(mf) > 0 {
-			entries := make([]any, 0, len(mf))
-			for _, e := range mf {
-				entry := map[string]any{"manager": e.Manager, "operation": string(e.Operation)}
-				if e.Time != nil {
-					entry["time"] = e.Time.UTC().Format(time.RFC3339)
-				}
-				if e.Subresource != "" {
-					entry["subresource"] = e.Subresource
-				}
-				entries = append(entries, entry)
+		if newest := newestWriters(u.GetManagedFields()); len(newest) > 0 {
+			entries := make([]any, 0, len(newest))
+			for _, e := range newest {
+				entries = append(entries, map[string]any{
+					"manager": e.Manager, "operation": string(e.Operation), "time": e.Time.UTC().Format(time.RFC3339),
+				})
 			}
 			meta["managedFields"] = entries
 		}
@@ -163,4 +158,24 @@ func paged(options metav1.ListOptions) metav1.ListOptions {
 		options.Limit = listPageSize
 	}
 	return options
+}
+
+// newestWriters returns the managedFields entries of the newest write that is not a status
+// write (several when managers share its one-second time): all write exclusion reads
+// (newestManagersExcluded). Keeping only those keeps a compact object's size independent of
+// how many managers ever wrote the object.
+func newestWriters(mf []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	var newest []metav1.ManagedFieldsEntry
+	for _, e := range mf {
+		if e.Subresource == "status" || e.Time == nil {
+			continue
+		}
+		switch {
+		case len(newest) == 0 || newest[0].Time.Before(e.Time):
+			newest = append(newest[:0], e)
+		case e.Time.Equal(newest[0].Time):
+			newest = append(newest, e)
+		}
+	}
+	return newest
 }

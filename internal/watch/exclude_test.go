@@ -85,11 +85,13 @@ func TestExcludeFieldManagers(t *testing.T) {
 	require.Equal(t, OpDelete, del.Op, "a delete is never excluded by field manager")
 }
 
-// TestCompactTransform: the informers keep identity, the declared form and reduced
-// managedFields, nothing else of the object.
+// TestCompactTransform: the informers keep identity, the declared form and the newest
+// writers of managedFields (status writes and older writers left out), nothing else of the
+// object.
 func TestCompactTransform(t *testing.T) {
 	u := configMap("cfg", "7", map[string]any{"a": "1"})
-	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 3, ""), entry("kubelet", 4, "status")})
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("admin", 1, ""), entry("kubectl", 3, ""),
+		entry("kubelet", 4, "status"), entry("helm", 3, "")})
 	u.SetLabels(map[string]string{"app": "x"})
 	out, err := compactTransform(renderData)(u)
 	require.NoError(t, err)
@@ -102,9 +104,10 @@ func TestCompactTransform(t *testing.T) {
 	require.Nil(t, c.GetLabels())
 	mf := c.GetManagedFields()
 	require.Len(t, mf, 2)
-	require.Equal(t, "kubelet", mf[1].Manager)
-	require.Equal(t, "status", mf[1].Subresource)
+	require.Equal(t, "kubectl", mf[0].Manager)
+	require.Equal(t, "helm", mf[1].Manager)
 	require.True(t, mf[0].Time.Equal(entry("kubectl", 3, "").Time))
+	require.True(t, mf[1].Time.Equal(entry("kubectl", 3, "").Time))
 	manifest, err := manifestOf(c)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":"1"}`, string(manifest))
