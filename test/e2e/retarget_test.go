@@ -204,3 +204,40 @@ func getTargetRV(t *testing.T, ns string) string {
 	require.NoError(t, err)
 	return u.GetResourceVersion()
 }
+
+// TestRetargetSourceCluster: setting spec.sourceCluster on a GitTarget that mirrors the
+// cluster kubescribe runs in moves it to the remote cluster: its folder then mirrors the remote
+// (the remote's object lands, the local object's file is swept), and observedDestination names
+// the remote's route once that is pushed.
+func TestRetargetSourceCluster(t *testing.T) {
+	ctx := context.Background()
+	r := remoteCluster(t)
+	m := newMirror(t, "e2e-retarget-cluster", "mirror", []string{"alice"}, configMapWriters, watchConfigMaps)
+	_, err := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "local-only"}, Data: map[string]string{"origin": "local"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	localFile := objectFile(m, "", "configmaps", "local-only")
+	require.True(t, poll(60*time.Second, func() bool { return slices.Contains(m.files(t), localFile) }), "files: %v", m.files(t))
+
+	remoteAdmin := remoteNamespace(t, r, m.ns)
+	_, err = remoteAdmin.CoreV1().ConfigMaps(m.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "remote-only"}, Data: map[string]string{"origin": "remote"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	kc, err := r.Kubeconfig("kubescribe")
+	require.NoError(t, err)
+	_, err = clientFor(t, "admin").CoreV1().Secrets(m.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"value": kc}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	patch := `{"spec":{"sourceCluster":{"kubeConfigSecretRef":{"name":"remote"},"auditRoute":"` + remoteRoute + `"}}}`
+	_, err = dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns).Patch(ctx, "target", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
+	tg := waitRetargeted(t, m.ns, v1alpha1.Destination{Branch: "main", Path: "mirror", SourceCluster: remoteRoute})
+	remoteFile := objectFile(m, "", "configmaps", "remote-only")
+	require.True(t, poll(30*time.Second, func() bool {
+		files := m.files(t)
+		return slices.Contains(files, remoteFile) && !slices.Contains(files, localFile)
+	}), "the folder mirrors the remote cluster now: %v", m.files(t))
+	require.Contains(t, m.git(t, "show", "main:"+remoteFile), "remote")
+	require.Contains(t, meta.FindStatusCondition(tg.Status.Conditions, v1alpha1.ConditionRetargeting).Message, "left in place")
+}
