@@ -110,6 +110,14 @@ func (c *Controller) enqueueAll(k kind) {
 
 // enqueueClusterRulesFor enqueues the ClusterWatchRules whose targetRef names target.
 func (c *Controller) enqueueClusterRulesFor(target types.NamespacedName) {
+	for _, name := range c.clusterRulesFor(target) {
+		c.enqueue(kindClusterRule, types.NamespacedName{Name: name})
+	}
+}
+
+// clusterRulesFor returns the names of the ClusterWatchRules whose targetRef names target.
+func (c *Controller) clusterRulesFor(target types.NamespacedName) []string {
+	var out []string
 	for _, obj := range c.informers[kindClusterRule].GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -118,9 +126,10 @@ func (c *Controller) enqueueClusterRulesFor(target types.NamespacedName) {
 		ns, _, _ := unstructured.NestedString(u.Object, "spec", "targetRef", "namespace")
 		name, _, _ := unstructured.NestedString(u.Object, "spec", "targetRef", "name")
 		if ns == target.Namespace && name == target.Name {
-			c.enqueue(kindClusterRule, types.NamespacedName{Name: u.GetName()})
+			out = append(out, u.GetName())
 		}
 	}
+	return out
 }
 
 // enqueueSelectingClusterRules enqueues the ClusterWatchRules that select namespaces by label:

@@ -159,16 +159,8 @@ func (c *Controller) ownersOf(target types.NamespacedName) []string {
 			owners = append(owners, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}.String())
 		}
 	})
-	for _, obj := range c.informers[kindClusterRule].GetStore().List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		ns, _, _ := unstructured.NestedString(u.Object, "spec", "targetRef", "namespace")
-		n, _, _ := unstructured.NestedString(u.Object, "spec", "targetRef", "name")
-		if ns == target.Namespace && n == target.Name {
-			owners = append(owners, clusterRuleOwner(u.GetName()))
-		}
+	for _, name := range c.clusterRulesFor(target) {
+		owners = append(owners, clusterRuleOwner(name))
 	}
 	return owners
 }
