@@ -87,6 +87,9 @@ type Options struct {
 	// NewSourceClients builds the clients of a remote source cluster; NewSourceClients by
 	// default. Test seam.
 	NewSourceClients func(*rest.Config) (SourceClients, error)
+	// SourceProbeInterval is how old a remote cluster's last reachability answer may be before
+	// it is asked again; 0 means 10s. Test seam.
+	SourceProbeInterval time.Duration
 	// AttributionWebhook, when set, makes the controller manage the attribution webhook
 	// configuration (attributionwebhook.go).
 	AttributionWebhook *AttributionWebhookOptions
@@ -175,6 +178,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.NewSourceClients == nil {
 		opts.NewSourceClients = NewSourceClients
+	}
+	if opts.SourceProbeInterval == 0 {
+		opts.SourceProbeInterval = sourceProbeInterval
 	}
 	c := &Controller{
 		opts:          opts,

@@ -462,7 +462,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		Logger:      log,
 		Cursors:     f.drops,
 
-		NewSourceClients: cfg.sourceClients,
+		NewSourceClients:    cfg.sourceClients,
+		SourceProbeInterval: time.Nanosecond, // every sync asks again (in the background)
 	})
 	require.NoError(t, err)
 	f.c = c

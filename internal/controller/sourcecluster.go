@@ -35,6 +35,9 @@ const (
 	secretReadTimeout = 10 * time.Second
 	// sourceProbeTimeout bounds the reachability check of a remote apiserver.
 	sourceProbeTimeout = 5 * time.Second
+	// sourceProbeInterval is how old a remote's last reachability answer may be before a
+	// reconcile of one of its GitTargets asks again.
+	sourceProbeInterval = 10 * time.Second
 )
 
 var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -78,7 +81,7 @@ type sourceEntry struct {
 	// hash is the SHA-256 of the kubeconfig the clients were built from. Neither the kubeconfig
 	// nor the Secret is kept.
 	hash   [sha256.Size]byte
-	probe  func(context.Context) error
+	reach  *reachability
 	client dynamic.Interface
 	// users are the GitTargets mirroring the cluster, with the Secret each read it from.
 	users map[types.NamespacedName]secretUse
@@ -254,7 +257,7 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 			}
 		}
 	}
-	e.hash, e.probe, e.client = hash, clients.Probe, clients.Dynamic
+	e.hash, e.reach, e.client = hash, &reachability{probe: clients.Probe}, clients.Dynamic
 	e.builds++
 	e.users[name] = use
 	c.countBuild(route)
@@ -310,10 +313,45 @@ func (c *Controller) enqueueTargetsOfRoute(route string) {
 	}
 }
 
-// reachSourceCluster sets a GitTarget's SourceClusterReachable condition: it probes the remote
-// cluster of a target that uses one (ready from routing), and removes the condition otherwise.
-// A cluster that does not answer, or refuses the identity, makes the target not Ready; it stays
-// routed, so its watches recover by themselves when the cluster answers again.
+// reachability is the last answer of one remote cluster's probe. Reconciles read it; when it
+// is older than the probe interval, a new probe starts in the background, so that a remote that
+// does not answer (a blackholed address waits out sourceProbeTimeout) holds up no controller
+// worker, and the GitTargets of one route share one probe.
+type reachability struct {
+	probe func(context.Context) error
+
+	mu      sync.Mutex
+	at      time.Time // when the last probe ended; zero before the first
+	err     error
+	running bool
+}
+
+// answer returns the last probe's error, and whether a probe has answered yet. It starts a
+// probe when the last answer is older than interval and none is running; done is called once
+// that probe has answered.
+func (r *reachability) answer(interval time.Duration, done func()) (err error, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.running && time.Since(r.at) >= interval {
+		r.running = true
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
+			err := r.probe(ctx)
+			cancel()
+			r.mu.Lock()
+			r.at, r.err, r.running = time.Now(), err, false
+			r.mu.Unlock()
+			done()
+		}()
+	}
+	return r.err, !r.at.IsZero()
+}
+
+// reachSourceCluster sets a GitTarget's SourceClusterReachable condition from the last answer
+// of its remote cluster's probe (ready from routing), and removes the condition otherwise. A
+// cluster that does not answer, or refuses the identity, makes the target not Ready; it stays
+// routed, so its watches recover by themselves when the cluster answers again. Until the first
+// probe answers, the condition is Unknown; each answer re-enqueues the route's GitTargets.
 func (c *Controller) reachSourceCluster(t *v1alpha1.GitTarget, ready bool, reason, msg string) (bool, string, string) {
 	if t.Spec.SourceCluster == nil || !ready {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
@@ -321,22 +359,24 @@ func (c *Controller) reachSourceCluster(t *v1alpha1.GitTarget, ready bool, reaso
 	}
 	route := t.Spec.SourceCluster.AuditRoute
 	c.sources.mu.Lock()
-	e := c.sources.entries[route]
-	var probe func(context.Context) error
-	if e != nil {
-		probe = e.probe
+	var reach *reachability
+	if e := c.sources.entries[route]; e != nil {
+		reach = e.reach
 	}
 	c.sources.mu.Unlock()
-	if probe == nil {
+	if reach == nil {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
 		return ready, reason, msg
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
-	defer cancel()
+	err, known := reach.answer(c.opts.SourceProbeInterval, func() { c.enqueueTargetsOfRoute(route) })
 	cond := metav1.Condition{Type: v1alpha1.ConditionSourceClusterReachable, ObservedGeneration: t.Generation,
 		Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReachable,
 		Message: fmt.Sprintf("cluster %q answers with the identity of Secret %q", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name)}
-	if err := probe(ctx); err != nil {
+	switch {
+	case !known:
+		cond.Status, cond.Reason = metav1.ConditionUnknown, v1alpha1.ReasonProgressing
+		cond.Message = fmt.Sprintf("asking cluster %q for its API discovery", route)
+	case err != nil:
 		cond.Status = metav1.ConditionFalse
 		switch {
 		case apierrors.IsUnauthorized(err):

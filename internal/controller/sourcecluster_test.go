@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,10 +92,37 @@ func TestRestConfigFromKubeconfig(t *testing.T) {
 }
 
 // remoteFake is a remote cluster: it serves widgets, not configmaps, and its probe answers
-// with err.
+// with the error setErr set.
 type remoteFake struct {
 	builds []*rest.Config
+	mu     sync.Mutex
 	err    error
+}
+
+func (r *remoteFake) setErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+}
+
+func (r *remoteFake) probe(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// syncProbed syncs GitTarget name until its SourceClusterReachable condition has reason: the
+// remote's probe answers in the background, and a sync reads its last answer.
+func (f *fixture) syncProbed(t *testing.T, name, reason string) v1alpha1.GitTarget {
+	t.Helper()
+	var got v1alpha1.GitTarget
+	require.Eventually(t, func() bool {
+		require.NoError(t, f.syncTarget(name))
+		got = f.target(name)
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
+		return c != nil && c.Reason == reason
+	}, 5*time.Second, 5*time.Millisecond, "GitTarget %s: SourceClusterReachable never became %s", name, reason)
+	return got
 }
 
 func (r *remoteFake) clients(cfg *rest.Config) (SourceClients, error) {
@@ -102,7 +131,7 @@ func (r *remoteFake) clients(cfg *rest.Config) (SourceClients, error) {
 		map[schema.GroupVersionResource]string{widgetsGVR: "WidgetList", namespacesResource: "NamespaceList"},
 		newNamespace("edge-a", map[string]string{"team": "a"}), newNamespace("edge-b", map[string]string{"team": "b"}))
 	_, dc := newDiscovery([]*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{apiResource("widgets", true, listWatch...)}}})
-	return SourceClients{Dynamic: dyn, Discovery: dc, Probe: func(context.Context) error { return r.err }}, nil
+	return SourceClients{Dynamic: dyn, Discovery: dc, Probe: r.probe}, nil
 }
 
 func remoteTarget(name, secret, route string) *v1alpha1.GitTarget {
@@ -128,14 +157,9 @@ func TestRemoteSourceCluster(t *testing.T) {
 		sourceClients: remote.clients,
 	})
 	require.NoError(t, f.syncProvider("git"))
-	require.NoError(t, f.syncTarget("a"))
-	require.NoError(t, f.syncTarget("b"))
 	for _, name := range []string{"a", "b"} {
-		got := f.target(name)
+		got := f.syncProbed(t, name, v1alpha1.ReasonReachable)
 		requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
-		reach := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
-		require.NotNil(t, reach)
-		require.Equal(t, v1alpha1.ReasonReachable, reach.Reason)
 	}
 	require.Equal(t, &v1alpha1.Destination{Branch: "main", Path: "a", SourceCluster: "edge"}, f.target("a").Status.ObservedDestination)
 	require.Len(t, remote.builds, 1, "two targets on one route and one kubeconfig share the clients")
@@ -169,24 +193,20 @@ func TestRemoteSourceCluster(t *testing.T) {
 	require.Equal(t, "second", remote.builds[1].BearerToken)
 
 	// An unreachable or refusing remote fails its own targets only.
-	remote.err = errors.New("dial tcp: connection refused")
-	require.NoError(t, f.syncTarget("a"))
-	got = f.target("a")
+	remote.setErr(errors.New("dial tcp: connection refused"))
+	got = f.syncProbed(t, "a", v1alpha1.ReasonUnreachable)
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable, "connection refused")
-	require.Equal(t, v1alpha1.ReasonUnreachable, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable).Reason)
 	_, routed := f.route("a")
 	require.True(t, routed, "an unreachable remote keeps its targets routed: the watches recover by themselves")
 	for err, reason := range map[error]string{
 		apierrors.NewUnauthorized("Unauthorized"):                            v1alpha1.ReasonUnauthorized,
 		apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no")): v1alpha1.ReasonForbidden,
 	} {
-		remote.err = err
-		require.NoError(t, f.syncTarget("a"))
-		got = f.target("a")
+		remote.setErr(err)
+		got = f.syncProbed(t, "a", reason)
 		requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable)
-		require.Equal(t, reason, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSourceClusterReachable).Reason)
 	}
-	remote.err = nil
+	remote.setErr(nil)
 
 	// Deleting the Secret stops the mirror; the entry goes with its last target.
 	require.NoError(t, f.kube.CoreV1().Secrets(testNS).Delete(context.Background(), "edge-kc", metav1.DeleteOptions{}))
@@ -204,6 +224,39 @@ func TestRemoteSourceCluster(t *testing.T) {
 	got = f.target("c")
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	require.Len(t, remote.builds, 3)
+}
+
+// TestRemoteProbeDoesNotHoldTheController: a remote that does not answer (its probe blocks)
+// holds up no reconcile: the GitTargets of its route share one probe, running in the
+// background, and say SourceClusterReachable=Unknown until it answers.
+func TestRemoteProbeDoesNotHoldTheController(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	blocked := func(cfg *rest.Config) (SourceClients, error) {
+		c, err := (&remoteFake{}).clients(cfg)
+		c.Probe = func(context.Context) error {
+			calls.Add(1)
+			<-release // a blackholed address: no answer, whatever the context says
+			return nil
+		}
+		return c, err
+	}
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("a", "edge-kc", "edge"), remoteTarget("b", "edge-kc", "edge")},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "first")})},
+		sourceClients: blocked,
+	})
+	defer close(release)
+	require.NoError(t, f.syncProvider("git"))
+	for _, name := range []string{"a", "b", "a"} {
+		require.NoError(t, f.syncTarget(name)) // returns although the probe does not
+		reach := meta.FindStatusCondition(f.target(name).Status.Conditions, v1alpha1.ConditionSourceClusterReachable)
+		require.NotNil(t, reach)
+		require.Equal(t, metav1.ConditionUnknown, reach.Status)
+		require.Equal(t, v1alpha1.ReasonProgressing, reach.Reason)
+	}
+	require.Equal(t, int32(1), calls.Load(), "one probe per route at a time")
 }
 
 // TestRemoteSourceClusterRefusals: the route of the local cluster cannot be claimed, and a
