@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -136,11 +137,7 @@ func (r *Registry) Updates() <-chan struct{} { return r.signal }
 func (r *Registry) Changed() []string {
 	r.changedMu.Lock()
 	defer r.changedMu.Unlock()
-	out := make([]string, 0, len(r.changed))
-	for name := range r.changed {
-		out = append(out, name)
-	}
-	slices.Sort(out)
+	out := slices.Sorted(maps.Keys(r.changed))
 	clear(r.changed)
 	return out
 }
@@ -240,12 +237,7 @@ func (r *Registry) detach(name string) *Cluster {
 func (r *Registry) Names() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.clusters))
-	for name := range r.clusters {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(r.clusters))
 }
 
 // Cluster returns the entry of a source cluster, or nil.
