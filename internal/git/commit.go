@@ -776,60 +776,52 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	return sha, true, nil
 }
 
-// fileAt returns the blob at path p of tree root, and whether there is one.
-func (tb treeBuilder) fileAt(root plumbing.Hash, p string) (plumbing.Hash, bool, error) {
+// descend walks from tree root down the folders segs. It returns the tree they lead to (zero
+// when one of them is absent) and file = -1; or, when segment file names a file, that file's
+// hash.
+func (tb treeBuilder) descend(root plumbing.Hash, segs []string) (h plumbing.Hash, file int, err error) {
 	cur := root
-	segs := strings.Split(p, "/")
 	for i, seg := range segs {
 		if cur.IsZero() {
-			return plumbing.ZeroHash, false, nil
+			return plumbing.ZeroHash, -1, nil
 		}
 		t, err := tb.lookup(cur)
 		if err != nil {
-			return plumbing.ZeroHash, false, err
+			return plumbing.ZeroHash, -1, err
 		}
 		j := t.find(seg)
 		if j < 0 {
-			return plumbing.ZeroHash, false, nil
+			return plumbing.ZeroHash, -1, nil
 		}
-		isDir := t.ents[j].mode == filemode.Dir
-		if i == len(segs)-1 {
-			if isDir {
-				return plumbing.ZeroHash, false, nil
-			}
-			return t.hashAt(j), true, nil
-		}
-		if !isDir {
-			return plumbing.ZeroHash, false, nil
+		if t.ents[j].mode != filemode.Dir {
+			return t.hashAt(j), i, nil
 		}
 		cur = t.hashAt(j)
 	}
-	return plumbing.ZeroHash, false, nil
+	return cur, -1, nil
 }
 
-// subtree returns the tree at directory path p of root (zero when there is none).
+// fileAt returns the blob at path p of tree root, and whether there is one.
+func (tb treeBuilder) fileAt(root plumbing.Hash, p string) (plumbing.Hash, bool, error) {
+	segs := strings.Split(p, "/")
+	h, file, err := tb.descend(root, segs)
+	if err != nil || file != len(segs)-1 {
+		return plumbing.ZeroHash, false, err
+	}
+	return h, true, nil
+}
+
+// subtree returns the tree at directory path p of root (nil when there is none).
 func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error) {
-	cur := root
+	var segs []string
 	if p != "" {
-		for _, seg := range strings.Split(p, "/") {
-			if cur.IsZero() {
-				return nil, nil
-			}
-			t, err := tb.lookup(cur)
-			if err != nil {
-				return nil, err
-			}
-			j := t.find(seg)
-			if j < 0 || t.ents[j].mode != filemode.Dir {
-				return nil, nil
-			}
-			cur = t.hashAt(j)
-		}
+		segs = strings.Split(p, "/")
 	}
-	if cur.IsZero() {
-		return nil, nil
+	h, file, err := tb.descend(root, segs)
+	if err != nil || file >= 0 || h.IsZero() {
+		return nil, err
 	}
-	return tb.lookup(cur)
+	return tb.lookup(h)
 }
 
 // expandSweeps replaces each sweep among changes by the deletions it implies on the tree root:

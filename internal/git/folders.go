@@ -533,26 +533,19 @@ func (tb treeBuilder) dirAt(tip plumbing.Hash, p string) (plumbing.Hash, error) 
 	return tb.dirIn(c.TreeHash, p)
 }
 
-// dirIn returns the tree at folder p of tree root; zero when it is absent.
+// dirIn returns the tree at folder p of tree root; zero when it is absent, an error wrapping
+// errNotAFolder when p or a folder above it is a file.
 func (tb treeBuilder) dirIn(root plumbing.Hash, p string) (plumbing.Hash, error) {
-	cur := root
-	if p == "" || cur.IsZero() {
-		return cur, nil
+	if p == "" {
+		return root, nil
 	}
 	segs := strings.Split(p, "/")
-	for i, seg := range segs {
-		t, err := tb.tree(cur)
-		if err != nil {
-			return plumbing.ZeroHash, err
-		}
-		j := t.find(seg)
-		if j < 0 {
-			return plumbing.ZeroHash, nil
-		}
-		if t.ents[j].mode != filemode.Dir {
-			return plumbing.ZeroHash, fmt.Errorf("%q %w", strings.Join(segs[:i+1], "/"), errNotAFolder)
-		}
-		cur = t.hashAt(j)
+	h, file, err := tb.descend(root, segs)
+	if err != nil {
+		return plumbing.ZeroHash, err
 	}
-	return cur, nil
+	if file >= 0 {
+		return plumbing.ZeroHash, fmt.Errorf("%q %w", strings.Join(segs[:file+1], "/"), errNotAFolder)
+	}
+	return h, nil
 }
