@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -176,19 +175,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := decodeRequest(body)
+	req, err := reviewhttp.DecodeRequest(body)
 	if err != nil {
 		h.log.Warn("undecodable admission review", "route", route, "err", err, "bytes", len(body))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	h.take(route, req)
-	out, _ := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: admissionTypeMeta,
-		Response: &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true},
-	})
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	reviewhttp.Respond(w, &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true})
 }
 
 // take queues what req claims, without waiting: a full queue drops it and counts the loss.

@@ -1,7 +1,6 @@
 package authz
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // DefaultMaxBodyBytes limits an AdmissionReview body. A CommitRequest is small (its message
@@ -25,22 +25,9 @@ type review struct {
 // decodeReview decodes an admission.k8s.io/v1 AdmissionReview. Its errors say what is wrong
 // without quoting the body.
 func decodeReview(body []byte) (*review, error) {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, errors.New("empty body: want an admission.k8s.io/v1 AdmissionReview")
-	}
-	var ar admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &ar); err != nil {
-		return nil, fmt.Errorf("body is not an AdmissionReview: %v", err)
-	}
-	if ar.APIVersion != admissionv1.SchemeGroupVersion.String() || ar.Kind != "AdmissionReview" {
-		return nil, fmt.Errorf("want apiVersion admission.k8s.io/v1 and kind AdmissionReview, got apiVersion %q kind %q", ar.APIVersion, ar.Kind)
-	}
-	req := ar.Request
-	if req == nil {
-		return nil, errors.New("AdmissionReview has no request")
-	}
-	if req.UID == "" {
-		return nil, errors.New("AdmissionReview request has no uid")
+	req, err := reviewhttp.DecodeRequest(body)
+	if err != nil {
+		return nil, err
 	}
 	rv := &review{req: req}
 	if req.Operation != admissionv1.Create || req.Kind.Group != v1alpha1.GroupName || req.Kind.Kind != "CommitRequest" {
