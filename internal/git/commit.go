@@ -346,13 +346,25 @@ type rawEntry struct {
 func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 
 // parsedTree is a tree's raw content and where its entries are in it. Trees that differ only in
-// the hashes of their entries share ents and index (never written once built).
+// the hashes of their entries share ents (never written once built).
 type parsedTree struct {
 	raw  []byte
 	ents []treeEntryRef
-	// index maps names to entries, built on the first lookup in a large tree.
-	index map[string]int
+	// order tells whether ents are in Git order, which find's binary search needs: known on the
+	// first lookup, and shared by trees patched from this one.
+	order *treeOrder
+	// marks are the SHA-1 states of a large tree's hashing (hashTree), for the trees patched
+	// from it; nil for trees read from the store.
+	marks []byte
 }
+
+type treeOrder int8
+
+const (
+	orderUnknown treeOrder = iota
+	orderSorted
+	orderUnsorted // a foreign writer's malformed tree: searched entry by entry
+)
 
 // treeEntryRef is an entry of a parsedTree: its name (pointing into the raw content of this or
 // an identically laid out tree), its mode and the offset of its hash in raw.
@@ -362,27 +374,45 @@ type treeEntryRef struct {
 	off  int
 }
 
+func (e treeEntryRef) raw() rawEntry { return rawEntry{name: e.name, mode: e.mode} }
+
 func (t *parsedTree) hashAt(i int) plumbing.Hash {
 	var h plumbing.Hash
 	copy(h[:], t.raw[t.ents[i].off:])
 	return h
 }
 
+// find returns the index of the entry named name, -1 for none. Git keeps a tree's entries in
+// order, so it is a binary search: for the name as a file's and as a directory's, which sort
+// differently.
 func (t *parsedTree) find(name string) int {
-	if len(t.ents) > 32 {
-		if t.index == nil {
-			t.index = make(map[string]int, len(t.ents))
-			for i := range t.ents {
-				t.index[string(t.ents[i].name)] = i
+	if t.order == nil {
+		t.order = new(treeOrder)
+	}
+	if *t.order == orderUnknown {
+		*t.order = orderSorted
+		for i := 1; i < len(t.ents); i++ {
+			if compareEntries(t.ents[i-1].raw(), t.ents[i].raw()) >= 0 {
+				*t.order = orderUnsorted
+				break
 			}
 		}
-		if i, ok := t.index[name]; ok {
-			return i
+	}
+	if *t.order == orderUnsorted {
+		for i := range t.ents {
+			if string(t.ents[i].name) == name {
+				return i
+			}
 		}
 		return -1
 	}
-	for i := range t.ents {
-		if string(t.ents[i].name) == name {
+	key := []byte(name)
+	for _, mode := range []filemode.FileMode{filemode.Regular, filemode.Dir} {
+		want := rawEntry{name: key, mode: mode}
+		i, found := slices.BinarySearchFunc(t.ents, want, func(e treeEntryRef, want rawEntry) int {
+			return compareEntries(e.raw(), want)
+		})
+		if found && string(t.ents[i].name) == name {
 			return i
 		}
 	}
@@ -434,7 +464,7 @@ func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, err
 	var t *parsedTree
 	if !tree.IsZero() {
 		var err error
-		if t, err = tb.tree(tree); err != nil {
+		if t, err = tb.lookup(tree); err != nil { // parsed once with fileAt's reads
 			return plumbing.ZeroHash, err
 		}
 		if h, ok, err := tb.patch(tree, t, n); ok || err != nil {
@@ -551,16 +581,21 @@ func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plu
 		copy(raw[p.off:], p.h[:])
 		offsets[i] = p.off
 	}
-	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, raw))
-	if err != nil {
+	slices.Sort(offsets)
+	// Before the first replaced hash, raw is t's content: its hashing resumes there.
+	first := len(raw)
+	if len(offsets) > 0 {
+		first = offsets[0]
+	}
+	h, marks := hashTree(raw, t, first)
+	if _, err := tb.s.SetEncodedObject(&rawObject{h: h, t: plumbing.TreeObject, cont: raw}); err != nil {
 		return plumbing.ZeroHash, false, err
 	}
 	if h != tree {
-		slices.Sort(offsets)
 		tb.recordPatched(h, tree, offsets)
 	}
 	// Same layout: the entries and their name index carry over.
-	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents, index: t.index})
+	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents, order: t.order, marks: marks})
 	return h, true, nil
 }
 
@@ -582,14 +617,14 @@ func (tb treeBuilder) writeTree(entries []rawEntry, base plumbing.Hash) (plumbin
 		ents[i] = treeEntryRef{name: buf[start : start+len(e.name) : start+len(e.name)], mode: e.mode, off: len(buf)}
 		buf = append(buf, e.hash[:]...)
 	}
-	h, err := tb.s.SetEncodedObject(newRawObject(plumbing.TreeObject, buf))
-	if err != nil {
+	h, marks := hashTree(buf, nil, 0)
+	if _, err := tb.s.SetEncodedObject(&rawObject{h: h, t: plumbing.TreeObject, cont: buf}); err != nil {
 		return plumbing.ZeroHash, err
 	}
 	if h != base {
 		tb.record(h, base)
 	}
-	tb.trees.put(h, &parsedTree{raw: buf, ents: ents})
+	tb.trees.put(h, &parsedTree{raw: buf, ents: ents, marks: marks})
 	return h, nil
 }
 
@@ -640,14 +675,10 @@ type rawObject struct {
 func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
 	hd := sha1.New() //nolint:gosec // Git object names are SHA-1.
 	var hdr [32]byte
-	b := append(hdr[:0], t.Bytes()...)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(len(cont)), 10)
-	b = append(b, 0)
-	hd.Write(b)
+	hd.Write(objectHeader(hdr[:0], t, len(cont)))
 	hd.Write(cont)
 	o := &rawObject{t: t, cont: cont}
-	copy(o.h[:], hd.Sum(nil))
+	hd.Sum(o.h[:0])
 	return o
 }
 

@@ -1,0 +1,98 @@
+package git
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/stretchr/testify/require"
+)
+
+// A patched tree hashed from its base's marks has the name of the same content hashed whole,
+// wherever the patch falls, through chains of patches.
+func TestHashTreeResumesFromBaseMarks(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{100, hashMarkMin - 1, hashMarkMin, hashMarkMin + 1, 5 * hashMarkStride, 34*hashMarkStride + 7} {
+		raw := make([]byte, size)
+		for i := range raw {
+			raw[i] = byte(rnd.Uint32())
+		}
+		h, marks := hashTree(raw, nil, 0)
+		require.Equal(t, newRawObject(plumbing.TreeObject, raw).h, h, "size %d", size)
+		require.Equal(t, size >= hashMarkMin, marks != nil, "size %d", size)
+		base := &parsedTree{raw: raw, marks: marks}
+		for round := range 50 {
+			next := append([]byte(nil), base.raw...)
+			lo := rnd.IntN(size)
+			switch round % 5 {
+			case 0:
+				lo = 0
+			case 1:
+				lo = size - 1
+			case 2:
+				lo = lo / hashMarkStride * hashMarkStride // on a mark
+			}
+			for i := lo; i < min(lo+hashSize, size); i++ {
+				next[i] ^= 0x5a
+			}
+			h, marks := hashTree(next, base, lo)
+			require.Equal(t, newRawObject(plumbing.TreeObject, next).h, h, "size %d round %d lo %d", size, round, lo)
+			base = &parsedTree{raw: next, marks: marks}
+		}
+		// A base of another length is not resumed from.
+		longer := append(append([]byte(nil), raw...), 1, 2, 3)
+		h, _ = hashTree(longer, &parsedTree{raw: raw, marks: marks}, len(raw))
+		require.Equal(t, newRawObject(plumbing.TreeObject, longer).h, h, "size %d", size)
+	}
+}
+
+// find locates entries by binary search in Git's order, where a directory sorts as if its name
+// ended in '/', and falls back to a scan in a tree a foreign writer left unsorted.
+func TestParsedTreeFind(t *testing.T) {
+	names := []struct {
+		name string
+		dir  bool
+	}{{"zz", false}, {"foo", true}, {"foo.txt", false}, {"foo-bar", false}, {"foo.d", true}, {"a", false}}
+	var entries []rawEntry
+	for i, n := range names {
+		mode := filemode.Regular
+		if n.dir {
+			mode = filemode.Dir
+		}
+		entries = append(entries, rawEntry{name: []byte(n.name), mode: mode, hash: plumbing.Hash{byte(i + 1)}})
+	}
+	slices.SortFunc(entries, compareEntries)
+	tb := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
+	tb.trees.begin()
+	h, err := tb.writeTree(entries, plumbing.ZeroHash)
+	require.NoError(t, err)
+	sorted, ok := tb.trees.next[h]
+	require.True(t, ok)
+	raw := slices.Clone(sorted.raw)
+	// The same entries, in the order they were given: not Git's.
+	var unsortedRaw []byte
+	for _, n := range names {
+		e := entries[slices.IndexFunc(entries, func(e rawEntry) bool { return string(e.name) == n.name })]
+		unsortedRaw = appendMode(unsortedRaw, e.mode)
+		unsortedRaw = append(unsortedRaw, ' ')
+		unsortedRaw = append(unsortedRaw, n.name...)
+		unsortedRaw = append(unsortedRaw, 0)
+		unsortedRaw = append(unsortedRaw, e.hash[:]...)
+	}
+	for _, content := range [][]byte{raw, unsortedRaw} {
+		tree, err := parseTree(plumbing.ZeroHash, content)
+		require.NoError(t, err)
+		for i, n := range names {
+			j := tree.find(n.name)
+			require.GreaterOrEqual(t, j, 0, n.name)
+			require.Equal(t, n.name, string(tree.ents[j].name))
+			require.Equal(t, plumbing.Hash{byte(i + 1)}, tree.hashAt(j), n.name)
+		}
+		for _, missing := range []string{"", "fo", "foo.", "foo/", "z", "zzz", "b"} {
+			require.Equal(t, -1, tree.find(missing), missing)
+		}
+	}
+}
