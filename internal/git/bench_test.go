@@ -25,7 +25,7 @@ func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Disca
 
 // seededBuilder returns a tree builder over a store holding one commit of files objects, 100
 // per namespace, and that commit.
-func seededBuilder(b *testing.B, files int) (treeBuilder, plumbing.Hash) {
+func seededBuilder(b *testing.B, files int) (treeBuilder, plumbing.Hash, map[plumbing.Hash]int32) {
 	b.Helper()
 	tb := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
 	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
@@ -38,51 +38,89 @@ func seededBuilder(b *testing.B, files int) (treeBuilder, plumbing.Hash) {
 	require.NoError(b, err)
 	require.True(b, ok)
 	// What a worker holds after its start: the tip's trees, no blobs.
-	store, err := compactStore(tb.s.(*memory.Storage), tip, plumbing.ZeroHash)
+	store, refs, err := compactStore(tb.s.(*memory.Storage), tip, plumbing.ZeroHash)
 	require.NoError(b, err)
 	tb.s = store
-	return tb, tip
+	return tb, tip, refs
 }
 
-// benchCommitLoop builds one commit of one changed object per iteration, on the previous one.
-// The store is compacted as a worker's is (each time it gained compactSlack objects; a worker
-// does that after a push), inside the timer.
-func benchCommitLoop(b *testing.B, tb treeBuilder, tip plumbing.Hash) {
-	compactAt := len(tb.s.(*memory.Storage).Objects) + compactSlack
+// benchCommitLoop builds one commit of one changed object per iteration, on the previous one:
+// the object change(i) returns. The store is pruned or compacted as a worker's is after a push
+// (each time it gained compactSlack objects or compactBytes bytes), inside the timer.
+func benchCommitLoop(b *testing.B, tb treeBuilder, tip plumbing.Hash, refs map[plumbing.Hash]int32, change func(i int) attribution.AttributedChange) {
+	gc := newStoreGC()
+	gc.reset(refs)
+	store := tb.s.(*memory.Storage)
+	compactAt, growth := len(store.Objects)+compactSlack, int64(0)
 	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
 	self := Signature{Name: "kubescribe", Email: "k@example.com"}
 	i := 0
 	b.ReportAllocs()
 	for b.Loop() {
 		i++
-		p := newPlan("", []attribution.AttributedChange{cmChangeAttributed(fmt.Sprintf("v%d", i))}, self, "users.example.com", fixedNow)
+		p := newPlan("", []attribution.AttributedChange{change(i)}, self, "users.example.com", fixedNow)
 		var ok bool
 		var err error
 		tip, ok, err = tb.materialize(p, tip, committer)
 		if err != nil || !ok {
 			b.Fatalf("commit %d: ok=%v err=%v", i, ok, err)
 		}
-		if st := tb.s.(*memory.Storage); len(st.Objects) >= compactAt {
-			if tb.s, err = compactStore(st, tip, plumbing.ZeroHash); err != nil {
+		for _, o := range p.objects {
+			growth += store.Objects[o.hash].Size()
+		}
+		gc.committed(store, tip, p.objects)
+		if len(store.Objects) < compactAt && growth < compactBytes {
+			continue
+		}
+		if !gc.prune(store, nil) {
+			if store, refs, err = compactStore(store, tip, plumbing.ZeroHash); err != nil {
 				b.Fatal(err)
 			}
-			compactAt = len(tb.s.(*memory.Storage).Objects) + compactSlack
+			gc.reset(refs)
+			tb.s = store
 		}
+		compactAt, growth = len(store.Objects)+compactSlack, 0
+	}
+}
+
+// sameObject changes the fixtures' object in the first namespace (benchNamespace) in every
+// commit: the worst case for the root tree, whose hashing starts again at its first entry.
+func sameObject(i int) attribution.AttributedChange {
+	return cmChangeAttributed(fmt.Sprintf("v%d", i))
+}
+
+// spreadObjects changes a different object in every commit, spread over all the namespaces
+// of a repository of files files, as a cluster's changes are.
+func spreadObjects(files int) func(i int) attribution.AttributedChange {
+	return func(i int) attribution.AttributedChange {
+		return benchChange((i*7919)%files, fmt.Sprintf("v%d", i))
 	}
 }
 
 // BenchmarkCommit (a): one commit of one changed object in a repository of 1,000 files and in
-// one of 100,000. Only the trees on the changed path are rewritten, so the cost should stay
-// flat (target ratio <= 1.5).
+// one of 100,000 (target ratio <= 1.5). Only the trees on the changed path are rewritten, so
+// what grows with the repository is the root: 1,000 namespaces make it 34 KB, to be hashed
+// from the first entry the commit changed. Each commit changes the same object of the first
+// namespace (the worst case); BenchmarkCommitSpread spreads them.
 func BenchmarkCommit(b *testing.B) {
+	benchCommitSizes(b, func(int) func(int) attribution.AttributedChange { return sameObject })
+}
+
+// BenchmarkCommitSpread (a): as BenchmarkCommit, each commit changing another object, spread
+// over every namespace.
+func BenchmarkCommitSpread(b *testing.B) {
+	benchCommitSizes(b, spreadObjects)
+}
+
+func benchCommitSizes(b *testing.B, changes func(files int) func(int) attribution.AttributedChange) {
 	for _, files := range []int{1_000, 100_000} {
 		name := fmt.Sprintf("files=%d", files)
 		if files == 1_000 {
 			name = "baseline-" + name
 		}
 		b.Run(name, func(b *testing.B) {
-			tb, tip := seededBuilder(b, files)
-			benchCommitLoop(b, tb, tip)
+			tb, tip, refs := seededBuilder(b, files)
+			benchCommitLoop(b, tb, tip, refs, changes(files))
 		})
 	}
 }
@@ -92,8 +130,8 @@ func BenchmarkCommit(b *testing.B) {
 func BenchmarkCommitVsCLI(b *testing.B) {
 	const files = 100_000
 	b.Run("baseline-kubescribe", func(b *testing.B) {
-		tb, tip := seededBuilder(b, files)
-		benchCommitLoop(b, tb, tip)
+		tb, tip, refs := seededBuilder(b, files)
+		benchCommitLoop(b, tb, tip, refs, sameObject)
 	})
 	b.Run("git-cli-add-commit", func(b *testing.B) {
 		work := benchWorktree(b, files)

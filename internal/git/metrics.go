@@ -14,6 +14,13 @@ const (
 	pushResultError    = "error"
 )
 
+// Kinds of working-store compaction, the values of kubescribe_git_store_compactions_total's
+// "kind" label.
+const (
+	compactionPrune = "prune" // superseded trees, blobs and old commits deleted in place
+	compactionFull  = "full"  // the tip's trees copied into a new store
+)
+
 // Metrics of the git workers. One Metrics may be shared by all workers of a process; values are
 // summed over them.
 type Metrics struct {
@@ -26,6 +33,7 @@ type Metrics struct {
 	pushBytesTot prometheus.Counter
 	unpushed     prometheus.Gauge
 	storeObjects prometheus.Gauge
+	compactions  *prometheus.CounterVec
 	folderChecks *prometheus.CounterVec
 	folderFetch  *prometheus.CounterVec
 }
@@ -71,6 +79,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_store_objects",
 			Help: "Objects held in the in-memory working stores of running git workers.",
 		}),
+		compactions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_git_store_compactions_total",
+			Help: "Compactions of the git workers' working stores, by kind: prune (what commits superseded deleted in place) or full (the tip's trees copied into a new store).",
+		}, []string{"kind"}),
 		folderChecks: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_git_folder_checks_total",
 			Help: "Checks of a GitTarget's folder before the first commit into it, by result: adoptable, refused, known (absent, or as kubescribe last pushed it: not scanned) or error.",
@@ -88,6 +100,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, k := range []string{folderFetchBlobs, folderFetchFull} {
 		m.folderFetch.WithLabelValues(k)
+	}
+	for _, k := range []string{compactionPrune, compactionFull} {
+		m.compactions.WithLabelValues(k)
 	}
 	return m
 }
@@ -138,6 +153,12 @@ func (m *Metrics) addUnpushed(n int) {
 func (m *Metrics) addStoreObjects(n int) {
 	if m != nil && n != 0 {
 		m.storeObjects.Add(float64(n))
+	}
+}
+
+func (m *Metrics) storeCompacted(kind string) {
+	if m != nil {
+		m.compactions.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -33,11 +33,11 @@ func (w *Worker) open(ctx context.Context) error {
 	default:
 		return err
 	}
-	compacted, err := compactStore(store, tip, plumbing.ZeroHash)
+	compacted, refs, err := compactStore(store, tip, plumbing.ZeroHash)
 	if err != nil {
 		return err
 	}
-	w.setStore(compacted)
+	w.setStore(compacted, refs)
 	w.remoteTip = tip
 	w.remoteGone = false
 	w.stale = true

@@ -18,8 +18,8 @@ import (
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
-// The working store does not grow with the history: once pushed, it is compacted back to the
-// tip's trees (and the commit objects of recent history), and commits built after a compaction
+// The working store does not grow with the history: once pushed, it is pruned back to the
+// tip's trees (and the commit objects of recent history), and commits built after a pruning
 // still land correctly on the remote.
 func TestWorkingStoreIsCompacted(t *testing.T) {
 	gitDir, url := newBareRemote(t)
@@ -50,7 +50,7 @@ func TestWorkingStoreIsCompacted(t *testing.T) {
 	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg.yaml"), fmt.Sprintf("key: %d", commits-1))
 	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.txt"))
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
-	require.Contains(t, tw.logs.String(), "working store compacted")
+	require.Positive(t, testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(compactionPrune)), "pruned in place")
 }
 
 // seedRemote pushes a first commit holding file to the main branch of url.
@@ -80,7 +80,7 @@ func TestWorkingStoreIsCompactedByBytes(t *testing.T) {
 		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", "cfg", fmt.Sprint(i))))
 		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
 	}
-	waitFor(t, "store compacted", func() bool { return strings.Contains(tw.logs.String(), "working store compacted") })
+	waitFor(t, "store pruned", func() bool { return strings.Contains(tw.logs.String(), "working store pruned") })
 }
 
 // Compaction does not wait for everything to be pushed: while the remote refuses pushes, the
@@ -112,10 +112,11 @@ func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 		n := i + 1
 		waitFor(t, "committed and compacted", func() bool {
 			return testutil.ToFloat64(opts.Metrics.unpushed) == float64(n) &&
-				strings.Count(tw.logs.String(), "working store compacted") > i
+				compactions(opts.Metrics) > i
 		})
 	}
 	require.Empty(t, tw.pushes.commits())
+	require.Positive(t, testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(compactionPrune)), "pruned")
 
 	refuse.Store(false)
 	waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == commits })
@@ -125,5 +126,48 @@ func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 		require.Contains(t, gitShow(t, gitDir, "main", fmt.Sprintf("demo/core/configmaps/cfg-%d.yaml", i%3)), fmt.Sprintf("key: %d", i))
 	}
 	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.txt"))
+	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
+}
+
+// compactions is how often the workers of m compacted or pruned their stores.
+func compactions(m *Metrics) int {
+	return int(testutil.ToFloat64(m.compactions.WithLabelValues(compactionPrune)) +
+		testutil.ToFloat64(m.compactions.WithLabelValues(compactionFull)))
+}
+
+// After the worker rebuilt its commits on another writer's, its path counts describe a tip it
+// left: the next compaction is a full one, and pruning resumes after it. Nothing is lost.
+func TestWorkingStoreCompactedInFullAfterRebuild(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 1 << 30 // never by count
+	tw.compactBytes = 1       // after every sync
+	tw.start(t)
+	kind := func(k string) int { return int(testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(k))) }
+
+	submit := func(i int) {
+		tw.Submit("", by([]string{"alice", "bob"}[i%2], fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", fmt.Sprintf("cfg-%d", i%2), fmt.Sprint(i))))
+		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
+	}
+	submit(0)
+	submit(1)
+	waitFor(t, "pruned", func() bool { return kind(compactionPrune) > 0 })
+
+	pushCommitFromClone(t, url, "main", "README.md", "hello\n")
+	full := kind(compactionFull)
+	submit(2) // rejected, rebuilt on the other writer's commit
+	waitFor(t, "compacted in full", func() bool { return kind(compactionFull) > full })
+	pruned := kind(compactionPrune)
+	submit(3)
+	waitFor(t, "pruned again", func() bool { return kind(compactionPrune) > pruned })
+	require.NoError(t, tw.stop(t))
+
+	require.Len(t, gitLog(t, gitDir, "main", "%s"), 5)
+	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg-0.yaml"), "key: 2")
+	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg-1.yaml"), "key: 3")
+	require.Equal(t, "hello", gitShow(t, gitDir, "main", "README.md"))
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
@@ -298,37 +297,55 @@ func (w *Worker) pushPlans(ctx context.Context, n int) error {
 	return nil
 }
 
-// setStore replaces the working store and resets the compaction threshold.
-func (w *Worker) setStore(s *memory.Storage) {
+// setStore replaces the working store, whose tip has the tree path counts refs (nil: unknown),
+// and resets the compaction threshold.
+func (w *Worker) setStore(s *memory.Storage, refs map[plumbing.Hash]int32) {
 	w.store = s
+	w.gc.reset(refs)
 	w.compactAt = len(s.Objects) + w.compactEvery
 	w.storeGrowth = 0
 }
 
-// compactIfDue replaces the working store by one holding only what the next commits and the
-// next push need, once enough objects accumulated: under a steady stream of changes there
-// is always something unpushed, so waiting for nothing to be would let every superseded tree
-// stay (one commit into a directory of 10,000 entries writes a 410 KB tree).
+// compactIfDue drops from the working store what the next commits and the next push do not
+// need, once enough objects accumulated: under a steady stream of changes there is always
+// something unpushed, so waiting for nothing to be would let every superseded tree stay (one
+// commit into a directory of 10,000 entries writes a 410 KB tree). It prunes (storeGC) when it
+// can, and compacts in full otherwise.
 func (w *Worker) compactIfDue() {
 	if w.stale || w.store == nil ||
 		(len(w.store.Objects) < w.compactAt && w.storeGrowth < w.compactBytes) {
 		return
 	}
 	var keep []plumbing.Hash
+	needed := map[plumbing.Hash]bool{w.remoteTip: true} // a rebuild starts from its commit
 	for _, p := range w.plans {
 		for _, o := range p.objects {
 			keep = append(keep, o.hash)
+			needed[o.hash] = true
+			if !o.base.IsZero() {
+				needed[o.base] = true // the remote tip's, which the push's deltas and a rebuild need
+			}
 		}
 	}
-	s, err := compactStore(w.store, w.localTip, w.remoteTip, keep...)
-	if err != nil {
-		w.log.Error("compacting the working store failed; keeping it", "err", err)
+	before := len(w.store.Objects)
+	if w.gc.prune(w.store, needed) {
+		w.log.Debug("working store pruned", "objects_before", before, "objects_after", len(w.store.Objects))
+		w.opts.Metrics.storeCompacted(compactionPrune)
 		w.compactAt = len(w.store.Objects) + w.compactEvery
 		w.storeGrowth = 0
 		return
 	}
-	w.log.Debug("working store compacted", "objects_before", len(w.store.Objects), "objects_after", len(s.Objects))
-	w.setStore(s)
+	s, refs, err := compactStore(w.store, w.localTip, w.remoteTip, keep...)
+	if err != nil {
+		w.log.Error("compacting the working store failed; keeping it", "err", err)
+		w.gc.invalidate()
+		w.compactAt = len(w.store.Objects) + w.compactEvery
+		w.storeGrowth = 0
+		return
+	}
+	w.log.Debug("working store compacted", "objects_before", before, "objects_after", len(s.Objects))
+	w.opts.Metrics.storeCompacted(compactionFull)
+	w.setStore(s, refs)
 	w.setLocalTip(w.localTip)
 }
 
@@ -337,20 +354,21 @@ func (w *Worker) compactIfDue() {
 // s holds, up to rewindScanLimit, to recognise a rewound branch. Its size depends on the size of
 // the tip's tree, not on the history. When commits on tip are not pushed yet, remote is the
 // remote tip they were built on, whose trees a rebuild and the next fetch start from, and
-// keep the objects those commits created, which their push sends.
-func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing.Hash) (*memory.Storage, error) {
+// keep the objects those commits created, which their push sends. It also returns, for pruning
+// (storeGC), at how many paths of tip's tree each of its trees sits.
+func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing.Hash) (*memory.Storage, map[plumbing.Hash]int32, error) {
 	out := memory.NewStorage()
+	refs := map[plumbing.Hash]int32{}
 	if tip.IsZero() {
-		return out, nil
+		return out, refs, nil
 	}
 	seen := map[plumbing.Hash]bool{}
-	tips := []plumbing.Hash{tip}
-	if !remote.IsZero() && remote != tip {
-		tips = append(tips, remote)
+	if err := copyTrees(s, out, tip, seen, refs); err != nil {
+		return nil, nil, err
 	}
-	for _, t := range tips {
-		if err := copyTrees(s, out, t, seen); err != nil {
-			return nil, err
+	if !remote.IsZero() && remote != tip {
+		if err := copyTrees(s, out, remote, seen, nil); err != nil {
+			return nil, nil, err
 		}
 	}
 	for _, h := range keep {
@@ -360,10 +378,10 @@ func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing
 		seen[h] = true
 		obj, err := s.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
-			return nil, fmt.Errorf("read object %s of an unpushed commit: %w", h, err)
+			return nil, nil, fmt.Errorf("read object %s of an unpushed commit: %w", h, err)
 		}
 		if _, err := out.SetEncodedObject(obj); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// History: commit objects only, breadth first, as far as s holds them.
@@ -377,7 +395,7 @@ func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing
 			continue
 		}
 		if _, err := out.SetEncodedObject(obj); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var cm object.Commit
 		if err := cm.Decode(obj); err != nil {
@@ -390,49 +408,76 @@ func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing
 			}
 		}
 	}
-	return out, nil
+	return out, refs, nil
 }
 
 // copyTrees copies the trees of commit tip from s to out, skipping those in seen (and adding
 // the ones it copies). A tree is kept as a rawObject, whose content later reads (tree, the next
-// compaction) use without copying it.
-func copyTrees(s, out *memory.Storage, tip plumbing.Hash, seen map[plumbing.Hash]bool) error {
+// compaction) use without copying it. refs, when set, counts every path of tip's tree at which
+// each tree sits: a tree at two paths is copied once and counted, with what is below it, twice.
+func copyTrees(s, out *memory.Storage, tip plumbing.Hash, seen map[plumbing.Hash]bool, refs map[plumbing.Hash]int32) error {
 	c, err := object.GetCommit(s, tip)
 	if err != nil {
 		return fmt.Errorf("read commit %s: %w", tip, err)
 	}
-	if seen[c.TreeHash] {
+	if seen[c.TreeHash] && refs == nil {
 		return nil
 	}
-	seen[c.TreeHash] = true
 	stack := []plumbing.Hash{c.TreeHash}
 	for len(stack) > 0 {
 		h := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		obj, err := s.EncodedObject(plumbing.TreeObject, h)
-		if err != nil {
-			return fmt.Errorf("read tree %s: %w", h, err)
+		if refs != nil {
+			refs[h]++
 		}
-		raw, err := readObject(obj)
-		if err != nil {
-			return err
-		}
-		if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
-			return err
-		}
-		t, err := parseTree(h, raw)
-		if err != nil {
-			return err
-		}
-		for i, e := range t.ents {
-			if e.mode != filemode.Dir {
+		var raw []byte
+		if seen[h] {
+			if refs == nil {
 				continue
 			}
-			if sub := t.hashAt(i); !seen[sub] {
-				seen[sub] = true
-				stack = append(stack, sub)
+			// Copied already: counted again, below too.
+			raw, err = readObject(out.Trees[h])
+		} else {
+			seen[h] = true
+			obj, err := s.EncodedObject(plumbing.TreeObject, h)
+			if err != nil {
+				return fmt.Errorf("read tree %s: %w", h, err)
+			}
+			if raw, err = readObject(obj); err != nil {
+				return err
+			}
+			if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
+				return err
 			}
 		}
+		if err != nil {
+			return err
+		}
+		if err := eachSubtree(h, raw, func(sub plumbing.Hash) {
+			if refs != nil || !seen[sub] {
+				stack = append(stack, sub)
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachSubtree calls fn with the hash of every directory entry of tree content raw, without
+// parsing the rest of the entries.
+func eachSubtree(tree plumbing.Hash, raw []byte, fn func(plumbing.Hash)) error {
+	for pos := 0; pos < len(raw); {
+		rest := raw[pos:]
+		nul := bytes.IndexByte(rest, 0)
+		if nul < 0 || len(rest) < nul+1+hashSize {
+			return fmt.Errorf("tree %s is malformed", tree)
+		}
+		// Git writes a directory's mode as "40000"; some old writers wrote "040000".
+		if bytes.HasPrefix(rest, []byte("40000 ")) || bytes.HasPrefix(rest, []byte("040000 ")) {
+			fn(plumbing.Hash(rest[nul+1 : nul+1+hashSize]))
+		}
+		pos += nul + 1 + hashSize
 	}
 	return nil
 }

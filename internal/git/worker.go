@@ -174,6 +174,7 @@ type Worker struct {
 	storeGrowth  int64
 	compactBytes int64 // compactBytes; test seam
 	trees        *treeCache
+	gc           *storeGC // prunes store between full compactions
 	// gates are the folder gates, by folder (folderKey).
 	gates map[string]*folderGate
 	// Values this worker last added to the shared gauges.
@@ -213,6 +214,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		gateRecheck:  defaultGateRecheck,
 		gateBatch:    blobBatch,
 		trees:        newTreeCache(),
+		gc:           newStoreGC(),
 		gates:        map[string]*folderGate{},
 		refusals:     map[string]*FolderRefusedError{},
 		wake:         make(chan struct{}, 1),
@@ -506,6 +508,7 @@ func (w *Worker) closeWindow() {
 		return
 	}
 	w.committed(p, sha)
+	w.gc.committed(w.store, sha, p.objects)
 	w.setLocalTip(sha)
 }
 
@@ -545,8 +548,17 @@ func (w *Worker) rebuild() error {
 		shas = append(shas, sha)
 		tip = sha
 	}
+	// The path counts describe the local tip: they follow the plans built on it when it was the
+	// remote tip (after a clone), and are lost when the plans moved to another one.
+	follow := w.localTip == w.remoteTip
+	if !follow {
+		w.gc.invalidate()
+	}
 	for i, p := range kept {
 		w.committed(p, shas[i])
+		if follow {
+			w.gc.committed(w.store, shas[i], p.objects)
+		}
 	}
 	w.plans = kept
 	w.stale = false
