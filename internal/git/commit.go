@@ -345,11 +345,11 @@ type rawEntry struct {
 
 func (e rawEntry) isDir() bool { return e.mode == filemode.Dir }
 
-// parsedTree is a tree's raw content and where its entries are in it. Trees that differ only in
+// parsedTree is a tree's content and where its entries are in it. Trees that differ only in
 // the hashes of their entries share ents (never written once built).
 type parsedTree struct {
-	raw  []byte
-	ents []treeEntryRef
+	content objectContent
+	ents    []treeEntryRef
 	// order tells whether ents are in Git order, which find's binary search needs: known on the
 	// first lookup, and shared by trees patched from this one.
 	order *treeOrder
@@ -378,7 +378,7 @@ func (e treeEntryRef) raw() rawEntry { return rawEntry{name: e.name, mode: e.mod
 
 func (t *parsedTree) hashAt(i int) plumbing.Hash {
 	var h plumbing.Hash
-	copy(h[:], t.raw[t.ents[i].off:])
+	t.content.readAt(h[:], t.ents[i].off)
 	return h
 }
 
@@ -421,7 +421,7 @@ func (t *parsedTree) find(name string) int {
 
 // parseTree lays out raw tree content.
 func parseTree(tree plumbing.Hash, raw []byte) (*parsedTree, error) {
-	t := &parsedTree{raw: raw, ents: make([]treeEntryRef, 0, bytes.Count(raw, []byte{0}))}
+	t := &parsedTree{content: flatContent(raw), ents: make([]treeEntryRef, 0, bytes.Count(raw, []byte{0}))}
 	pos := 0
 	for pos < len(raw) {
 		rest := raw[pos:]
@@ -545,10 +545,6 @@ func (tb treeBuilder) apply(tree plumbing.Hash, n *editNode) (plumbing.Hash, err
 // directories), the common case: the new tree is t's content with those hashes overwritten,
 // laid out like t. ok is false when the edits need the general path.
 func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plumbing.Hash, bool, error) {
-	type hashPatch struct {
-		off int
-		h   plumbing.Hash
-	}
 	var patches []hashPatch
 	for name, child := range n.children {
 		i := t.find(name)
@@ -575,27 +571,26 @@ func (tb treeBuilder) patch(tree plumbing.Hash, t *parsedTree, n *editNode) (plu
 		}
 		patches = append(patches, hashPatch{off: e.off, h: h})
 	}
-	raw := slices.Clone(t.raw)
+	content := t.content.patched(patches)
 	offsets := make([]int, len(patches))
 	for i, p := range patches {
-		copy(raw[p.off:], p.h[:])
 		offsets[i] = p.off
 	}
 	slices.Sort(offsets)
-	// Before the first replaced hash, raw is t's content: its hashing resumes there.
-	first := len(raw)
+	// Before the first replaced hash, content is t's: its hashing resumes there.
+	first := content.len()
 	if len(offsets) > 0 {
 		first = offsets[0]
 	}
-	h, marks := hashTree(raw, t, first)
-	if _, err := tb.s.SetEncodedObject(&rawObject{h: h, t: plumbing.TreeObject, cont: raw}); err != nil {
+	h, marks := hashTree(content, t, first)
+	if _, err := tb.s.SetEncodedObject(&rawObject{h: h, t: plumbing.TreeObject, c: content}); err != nil {
 		return plumbing.ZeroHash, false, err
 	}
 	if h != tree {
 		tb.recordPatched(h, tree, offsets)
 	}
 	// Same layout: the entries and their name index carry over.
-	tb.trees.put(h, &parsedTree{raw: raw, ents: t.ents, order: t.order, marks: marks})
+	tb.trees.put(h, &parsedTree{content: content, ents: t.ents, order: t.order, marks: marks})
 	return h, true, nil
 }
 
@@ -617,14 +612,15 @@ func (tb treeBuilder) writeTree(entries []rawEntry, base plumbing.Hash) (plumbin
 		ents[i] = treeEntryRef{name: buf[start : start+len(e.name) : start+len(e.name)], mode: e.mode, off: len(buf)}
 		buf = append(buf, e.hash[:]...)
 	}
-	h, marks := hashTree(buf, nil, 0)
-	if _, err := tb.s.SetEncodedObject(&rawObject{h: h, t: plumbing.TreeObject, cont: buf}); err != nil {
+	content := flatContent(buf)
+	h, marks := hashTree(content, nil, 0)
+	if _, err := tb.s.SetEncodedObject(&rawObject{h: h, t: plumbing.TreeObject, c: content}); err != nil {
 		return plumbing.ZeroHash, err
 	}
 	if h != base {
 		tb.record(h, base)
 	}
-	tb.trees.put(h, &parsedTree{raw: buf, ents: ents, marks: marks})
+	tb.trees.put(h, &parsedTree{content: content, ents: ents, marks: marks})
 	return h, nil
 }
 
@@ -667,9 +663,9 @@ func entrySortByte(e rawEntry, i int) int {
 // rawObject is an object the worker wrote: its content and hash, computed once with SHA-1
 // (the objects are ours, so go-git's collision-detecting SHA-1 is not needed for them).
 type rawObject struct {
-	h    plumbing.Hash
-	t    plumbing.ObjectType
-	cont []byte
+	h plumbing.Hash
+	t plumbing.ObjectType
+	c objectContent
 }
 
 func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
@@ -677,7 +673,7 @@ func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
 	var hdr [32]byte
 	hd.Write(objectHeader(hdr[:0], t, len(cont)))
 	hd.Write(cont)
-	o := &rawObject{t: t, cont: cont}
+	o := &rawObject{t: t, c: flatContent(cont)}
 	hd.Sum(o.h[:0])
 	return o
 }
@@ -685,10 +681,10 @@ func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
 func (o *rawObject) Hash() plumbing.Hash         { return o.h }
 func (o *rawObject) Type() plumbing.ObjectType   { return o.t }
 func (o *rawObject) SetType(plumbing.ObjectType) {}
-func (o *rawObject) Size() int64                 { return int64(len(o.cont)) }
+func (o *rawObject) Size() int64                 { return int64(o.c.len()) }
 func (o *rawObject) SetSize(int64)               {}
 func (o *rawObject) Reader() (io.ReadCloser, error) {
-	return io.NopCloser(bytes.NewReader(o.cont)), nil
+	return io.NopCloser(o.c.reader()), nil
 }
 func (o *rawObject) Writer() (io.WriteCloser, error) {
 	return nil, errors.New("git: a written object is immutable")

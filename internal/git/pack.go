@@ -43,22 +43,24 @@ func buildPack(s storer.EncodedObjectStorer, objs []packObject, thin bool) ([]by
 		if err != nil {
 			return nil, fmt.Errorf("read object %s for the pack: %w", o.hash, err)
 		}
-		content, err := readObject(obj)
-		if err != nil {
-			return nil, err
-		}
 		typ, err := packType(obj.Type())
 		if err != nil {
 			return nil, err
 		}
-		data, base := content, plumbing.ZeroHash
+		var data []byte
+		base := plumbing.ZeroHash
 		if thin && !o.base.IsZero() && o.base != o.hash {
 			if o.patched != nil {
-				if s.HasEncodedObject(o.base) == nil {
-					data, base, typ = patchDelta(content, o.patched), o.base, packTypeRefDelta
+				if raw, ok := obj.(*rawObject); ok && s.HasEncodedObject(o.base) == nil {
+					data, base, typ = patchDelta(raw.c, o.patched), o.base, packTypeRefDelta
 				}
-			} else if d, ok := deltaAgainst(s, o.base, obj, len(content)); ok {
+			} else if d, ok := deltaAgainst(s, o.base, obj, int(obj.Size())); ok {
 				data, base, typ = d, o.base, packTypeRefDelta
+			}
+		}
+		if data == nil {
+			if data, err = readObject(obj); err != nil {
+				return nil, err
 			}
 		}
 		writeEntryHeader(&body, typ, len(data))
@@ -105,17 +107,19 @@ func deltaAgainst(s storer.EncodedObjectStorer, base plumbing.Hash, obj plumbing
 // 20-byte entry hashes at the sorted offsets patched: copies of the unchanged runs, and the
 // new hashes inserted. It never reads the base, unlike a general delta, which indexes it
 // (for a tree of 10,000 entries, megabytes per push).
-func patchDelta(content []byte, patched []int) []byte {
-	d := binary.AppendUvarint(nil, uint64(len(content))) // the base's size: the same
-	d = binary.AppendUvarint(d, uint64(len(content)))
+func patchDelta(content objectContent, patched []int) []byte {
+	d := binary.AppendUvarint(nil, uint64(content.len())) // the base's size: the same
+	d = binary.AppendUvarint(d, uint64(content.len()))
 	at := 0
 	for _, off := range patched {
 		d = appendDeltaCopy(d, at, off-at)
 		d = append(d, hashSize)
-		d = append(d, content[off:off+hashSize]...)
+		var h plumbing.Hash
+		content.readAt(h[:], off)
+		d = append(d, h[:]...)
 		at = off + hashSize
 	}
-	return appendDeltaCopy(d, at, len(content)-at)
+	return appendDeltaCopy(d, at, content.len()-at)
 }
 
 // maxDeltaCopy is the longest copy instruction written, as git writes them (its readers accept
@@ -149,10 +153,10 @@ func appendDeltaCopy(d []byte, off, n int) []byte {
 }
 
 // readObject returns obj's content. For the objects commits write it is their content itself,
-// not a copy: callers must not modify it.
+// not a copy, unless it is a patched tree's pages: callers must not modify it.
 func readObject(obj plumbing.EncodedObject) ([]byte, error) {
 	if o, ok := obj.(*rawObject); ok {
-		return o.cont, nil
+		return o.c.bytes(), nil
 	}
 	r, err := obj.Reader()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +37,17 @@ func TestPatchDeltaAppliesToTheBase(t *testing.T) {
 					content[off+i] = byte(rng.IntN(256))
 				}
 			}
-			got, err := packfile.PatchDelta(base, patchDelta(content, tt.patched))
+			got, err := packfile.PatchDelta(base, patchDelta(flatContent(content), tt.patched))
+			require.NoError(t, err)
+			require.Equal(t, content, got)
+			// The same content as pages, a patched tree's.
+			var patches []hashPatch
+			for _, off := range tt.patched {
+				patches = append(patches, hashPatch{off: off, h: plumbing.Hash(content[off : off+hashSize])})
+			}
+			paged := flatContent(base).patched(patches)
+			require.Equal(t, content, paged.bytes())
+			got, err = packfile.PatchDelta(base, patchDelta(paged, tt.patched))
 			require.NoError(t, err)
 			require.Equal(t, content, got)
 		})

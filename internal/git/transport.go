@@ -446,7 +446,7 @@ func copyTrees(s, out *memory.Storage, tip plumbing.Hash, seen map[plumbing.Hash
 			if raw, err = readObject(obj); err != nil {
 				return err
 			}
-			if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, cont: raw, h: h}); err != nil {
+			if _, err := out.SetEncodedObject(&rawObject{t: plumbing.TreeObject, c: flatContent(raw), h: h}); err != nil {
 				return err
 			}
 		}

@@ -44,26 +44,27 @@ func objectHeader(b []byte, t plumbing.ObjectType, size int) []byte {
 	return append(b, 0)
 }
 
-// hashTree returns the object name of tree content raw and, for a large tree, its marks:
-// mark i is the SHA-1 state after the header and raw[:i*hashMarkStride].
+// hashTree returns the object name of tree content c and, for a large tree, its marks: mark i
+// is the SHA-1 state after the header and the first i*hashMarkStride bytes of c.
 //
-// base, when it has marks for content of raw's length, is the tree raw was patched from: the
-// caller guarantees that raw[:lo] equals base.raw[:lo]. Hashing then resumes at base's last mark
-// at or before lo.
-func hashTree(raw []byte, base *parsedTree, lo int) (plumbing.Hash, []byte) {
+// base, when it has marks for content of c's length, is the tree c was patched from: the
+// caller guarantees that the first lo bytes of c are base's. Hashing then resumes at base's
+// last mark at or before lo.
+func hashTree(c objectContent, base *parsedTree, lo int) (plumbing.Hash, []byte) {
 	d := sha1.New() //nolint:gosec // Git object names are SHA-1.
 	var h plumbing.Hash
-	if len(raw) < hashMarkMin {
+	size := c.len()
+	if size < hashMarkMin {
 		var hdr [32]byte
-		d.Write(objectHeader(hdr[:0], plumbing.TreeObject, len(raw)))
-		d.Write(raw)
+		d.Write(objectHeader(hdr[:0], plumbing.TreeObject, size))
+		c.writeTo(d, 0, size)
 		d.Sum(h[:0])
 		return h, nil
 	}
-	n := (len(raw)-1)/hashMarkStride + 1 // marks at 0, stride, ..., (n-1)*stride < len(raw)
+	n := (size-1)/hashMarkStride + 1 // marks at 0, stride, ..., (n-1)*stride < size
 	marks := make([]byte, n*sha1StateSize)
 	start := 0
-	if base != nil && len(base.marks) == len(marks) && len(base.raw) == len(raw) && lo >= 0 {
+	if base != nil && len(base.marks) == len(marks) && base.content.len() == size && lo >= 0 {
 		start = min(lo/hashMarkStride, n-1)
 		copy(marks, base.marks[:(start+1)*sha1StateSize])
 		if err := d.(encoding.BinaryUnmarshaler).UnmarshalBinary(marks[start*sha1StateSize : (start+1)*sha1StateSize]); err != nil {
@@ -71,11 +72,11 @@ func hashTree(raw []byte, base *parsedTree, lo int) (plumbing.Hash, []byte) {
 		}
 	} else {
 		var hdr [32]byte
-		d.Write(objectHeader(hdr[:0], plumbing.TreeObject, len(raw)))
+		d.Write(objectHeader(hdr[:0], plumbing.TreeObject, size))
 		mark(d, marks, 0)
 	}
 	for i := start; i < n; i++ {
-		d.Write(raw[i*hashMarkStride : min((i+1)*hashMarkStride, len(raw))])
+		c.writeTo(d, i*hashMarkStride, min((i+1)*hashMarkStride, size))
 		if i+1 < n {
 			mark(d, marks, i+1)
 		}

@@ -20,31 +20,38 @@ func TestHashTreeResumesFromBaseMarks(t *testing.T) {
 		for i := range raw {
 			raw[i] = byte(rnd.Uint32())
 		}
-		h, marks := hashTree(raw, nil, 0)
+		h, marks := hashTree(flatContent(raw), nil, 0)
 		require.Equal(t, newRawObject(plumbing.TreeObject, raw).h, h, "size %d", size)
 		require.Equal(t, size >= hashMarkMin, marks != nil, "size %d", size)
-		base := &parsedTree{raw: raw, marks: marks}
+		base := &parsedTree{content: flatContent(raw), marks: marks}
 		for round := range 50 {
-			next := append([]byte(nil), base.raw...)
-			lo := rnd.IntN(size)
+			lo := rnd.IntN(size - hashSize)
 			switch round % 5 {
 			case 0:
 				lo = 0
 			case 1:
-				lo = size - 1
+				lo = size - hashSize
 			case 2:
 				lo = lo / hashMarkStride * hashMarkStride // on a mark
+			case 3:
+				lo = max(0, lo/treePageSize*treePageSize-hashSize/2) // across two pages
 			}
-			for i := lo; i < min(lo+hashSize, size); i++ {
-				next[i] ^= 0x5a
+			var patch hashPatch
+			patch.off = lo
+			for i := range patch.h {
+				patch.h[i] = byte(rnd.Uint32())
 			}
+			next := base.content.patched([]hashPatch{patch})
+			want := slices.Clone(base.content.bytes())
+			copy(want[lo:], patch.h[:])
+			require.Equal(t, want, next.bytes(), "size %d round %d lo %d", size, round, lo)
 			h, marks := hashTree(next, base, lo)
-			require.Equal(t, newRawObject(plumbing.TreeObject, next).h, h, "size %d round %d lo %d", size, round, lo)
-			base = &parsedTree{raw: next, marks: marks}
+			require.Equal(t, newRawObject(plumbing.TreeObject, want).h, h, "size %d round %d lo %d", size, round, lo)
+			base = &parsedTree{content: next, marks: marks}
 		}
 		// A base of another length is not resumed from.
-		longer := append(append([]byte(nil), raw...), 1, 2, 3)
-		h, _ = hashTree(longer, &parsedTree{raw: raw, marks: marks}, len(raw))
+		longer := append(slices.Clone(raw), 1, 2, 3)
+		h, _ = hashTree(flatContent(longer), &parsedTree{content: flatContent(raw), marks: marks}, len(raw))
 		require.Equal(t, newRawObject(plumbing.TreeObject, longer).h, h, "size %d", size)
 	}
 }
@@ -71,7 +78,7 @@ func TestParsedTreeFind(t *testing.T) {
 	require.NoError(t, err)
 	sorted, ok := tb.trees.next[h]
 	require.True(t, ok)
-	raw := slices.Clone(sorted.raw)
+	raw := slices.Clone(sorted.content.bytes())
 	// The same entries, in the order they were given: not Git's.
 	var unsortedRaw []byte
 	for _, n := range names {
