@@ -15,9 +15,8 @@ import (
 // copies the pages its new hashes fall in and shares the others with the tree it was patched
 // from. Content is never modified once built, so sharing is safe.
 
-// treePageSize is the size of a page of tree content, a multiple of hashMarkStride so that a
-// stretch between two hash marks lies in one page.
-const treePageSize = 4 * hashMarkStride
+// treePageSize is the size of a page of tree content: what a patch copies for each hash.
+const treePageSize = 4096
 
 // objectContent is the content of an object the worker wrote: in one slice (flat), in pages of
 // treePageSize bytes (the last one shorter), or both, the pages being views of flat.

@@ -20,12 +20,22 @@ import (
 // of the new tree on its way, for the commit after it.
 
 const (
-	// hashMarkStride is the distance between two marks in a tree's content. One mark costs
-	// about as much as hashing 100 bytes and takes sha1StateSize bytes.
+	// hashMarkStride is the least distance between two marks in a tree's content. One mark
+	// costs about as much as hashing 100 bytes and takes sha1StateSize bytes.
 	hashMarkStride = 1024
+	// hashMarksMax bounds the marks of a tree: a larger tree has them further apart (every
+	// 7 KiB for a directory of 10,000 objects), which adds at most 1/hashMarksMax of its size
+	// to the hashing.
+	hashMarksMax = 64
 	// hashMarkMin is the smallest tree that keeps marks; smaller ones are hashed whole.
 	hashMarkMin = 4 * hashMarkStride
 )
+
+// markStride is the distance between the marks of a tree of size bytes.
+func markStride(size int) int {
+	per := (size + hashMarksMax - 1) / hashMarksMax
+	return max(hashMarkStride, (per+hashMarkStride-1)/hashMarkStride*hashMarkStride)
+}
 
 // sha1StateSize is the size of a marshalled SHA-1 state.
 var sha1StateSize = func() int {
@@ -45,7 +55,7 @@ func objectHeader(b []byte, t plumbing.ObjectType, size int) []byte {
 }
 
 // hashTree returns the object name of tree content c and, for a large tree, its marks: mark i
-// is the SHA-1 state after the header and the first i*hashMarkStride bytes of c.
+// is the SHA-1 state after the header and the first i*markStride(c.len()) bytes of c.
 //
 // base, when it has marks for content of c's length, is the tree c was patched from: the
 // caller guarantees that the first lo bytes of c are base's. Hashing then resumes at base's
@@ -61,11 +71,12 @@ func hashTree(c objectContent, base *parsedTree, lo int) (plumbing.Hash, []byte)
 		d.Sum(h[:0])
 		return h, nil
 	}
-	n := (size-1)/hashMarkStride + 1 // marks at 0, stride, ..., (n-1)*stride < size
+	stride := markStride(size)
+	n := (size-1)/stride + 1 // marks at 0, stride, ..., (n-1)*stride < size
 	marks := make([]byte, n*sha1StateSize)
 	start := 0
 	if base != nil && len(base.marks) == len(marks) && base.content.len() == size && lo >= 0 {
-		start = min(lo/hashMarkStride, n-1)
+		start = min(lo/stride, n-1)
 		copy(marks, base.marks[:(start+1)*sha1StateSize])
 		if err := d.(encoding.BinaryUnmarshaler).UnmarshalBinary(marks[start*sha1StateSize : (start+1)*sha1StateSize]); err != nil {
 			panic(fmt.Sprintf("git: SHA-1 state does not unmarshal: %v", err)) // marks are ours
@@ -76,7 +87,7 @@ func hashTree(c objectContent, base *parsedTree, lo int) (plumbing.Hash, []byte)
 		mark(d, marks, 0)
 	}
 	for i := start; i < n; i++ {
-		c.writeTo(d, i*hashMarkStride, min((i+1)*hashMarkStride, size))
+		c.writeTo(d, i*stride, min((i+1)*stride, size))
 		if i+1 < n {
 			mark(d, marks, i+1)
 		}

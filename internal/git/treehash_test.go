@@ -15,7 +15,7 @@ import (
 // wherever the patch falls, through chains of patches.
 func TestHashTreeResumesFromBaseMarks(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	for _, size := range []int{100, hashMarkMin - 1, hashMarkMin, hashMarkMin + 1, 5 * hashMarkStride, 34*hashMarkStride + 7} {
+	for _, size := range []int{100, hashMarkMin - 1, hashMarkMin, hashMarkMin + 1, 5 * hashMarkStride, 34*hashMarkStride + 7, 410_000} {
 		raw := make([]byte, size)
 		for i := range raw {
 			raw[i] = byte(rnd.Uint32())
@@ -23,6 +23,7 @@ func TestHashTreeResumesFromBaseMarks(t *testing.T) {
 		h, marks := hashTree(flatContent(raw), nil, 0)
 		require.Equal(t, newRawObject(plumbing.TreeObject, raw).h, h, "size %d", size)
 		require.Equal(t, size >= hashMarkMin, marks != nil, "size %d", size)
+		require.LessOrEqual(t, len(marks), hashMarksMax*sha1StateSize)
 		base := &parsedTree{content: flatContent(raw), marks: marks}
 		for round := range 50 {
 			lo := rnd.IntN(size - hashSize)
@@ -32,7 +33,7 @@ func TestHashTreeResumesFromBaseMarks(t *testing.T) {
 			case 1:
 				lo = size - hashSize
 			case 2:
-				lo = lo / hashMarkStride * hashMarkStride // on a mark
+				lo = lo / markStride(size) * markStride(size) // on a mark
 			case 3:
 				lo = max(0, lo/treePageSize*treePageSize-hashSize/2) // across two pages
 			}
