@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -127,6 +128,9 @@ type benchServer struct {
 	ca     []byte
 	caFile string
 	sent   atomic.Int64
+	// receiving is the time spent serving receive-pack requests (git http-backend running
+	// git receive-pack: unpacking, the connectivity check, the ref update), in nanoseconds.
+	receiving atomic.Int64
 }
 
 type countingBody struct {
@@ -151,6 +155,10 @@ func newBenchServer(tb testing.TB, root string) *benchServer {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil {
 			r.Body = countingBody{ReadCloser: r.Body, n: &s.sent}
+		}
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
+			start := time.Now()
+			defer func() { s.receiving.Add(int64(time.Since(start))) }()
 		}
 		backend.ServeHTTP(w, r)
 	}))
@@ -195,6 +203,7 @@ func (w *Worker) benchCommit(i int) error {
 		return fmt.Errorf("commit: ok=%v err=%w", ok, err)
 	}
 	w.committed(p, sha)
+	w.gc.committed(w.store, sha, p.objects)
 	w.plans = append(w.plans, p)
 	w.setLocalTip(sha)
 	return nil
