@@ -25,23 +25,29 @@ func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Disca
 
 // seededBuilder returns a tree builder over a store holding one commit of files objects, 100
 // per namespace, and that commit.
-func seededBuilder(b *testing.B, files int) (treeBuilder, plumbing.Hash, map[plumbing.Hash]int32) {
-	b.Helper()
-	tb := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
-	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
-	self := Signature{Name: "kubescribe", Email: "k@example.com"}
+func seededBuilder(tb testing.TB, files int) (treeBuilder, plumbing.Hash, map[plumbing.Hash]int32) {
+	tb.Helper()
 	seed := make([]attribution.AttributedChange, 0, files)
 	for i := range files {
 		seed = append(seed, benchChange(i, "seed"))
 	}
-	tip, ok, err := tb.materialize(newPlan("", seed, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
-	require.NoError(b, err)
-	require.True(b, ok)
-	// What a worker holds after its start: the tip's trees, no blobs.
-	store, refs, err := compactStore(tb.s.(*memory.Storage), tip, plumbing.ZeroHash)
-	require.NoError(b, err)
-	tb.s = store
-	return tb, tip, refs
+	return seededStore(tb, seed)
+}
+
+// seededStore returns a tree builder over a store holding one commit of the changes seed, that
+// commit, and its trees' path counts: what a worker holds after its start (trees, no blobs).
+func seededStore(tb testing.TB, seed []attribution.AttributedChange) (treeBuilder, plumbing.Hash, map[plumbing.Hash]int32) {
+	tb.Helper()
+	b := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
+	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
+	self := Signature{Name: "kubescribe", Email: "k@example.com"}
+	tip, ok, err := b.materialize(newPlan("", seed, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
+	require.NoError(tb, err)
+	require.True(tb, ok)
+	store, refs, err := compactStore(b.s.(*memory.Storage), tip, plumbing.ZeroHash)
+	require.NoError(tb, err)
+	b.s = store
+	return b, tip, refs
 }
 
 // benchCommitLoop builds one commit of one changed object per iteration, on the previous one:

@@ -57,19 +57,14 @@ func pruneKeepsWhatIsNeeded(t *testing.T, seed uint64) {
 		}
 		return by("alice", "a", c)
 	}
-	tb := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
 	var seeded []attribution.AttributedChange
 	for ns := range 4 {
 		for name := range 3 {
 			seeded = append(seeded, change(watch.OpUpdate, fmt.Sprintf("ns-%d", ns), fmt.Sprintf("cm-%d", name)))
 		}
 	}
-	tip, ok, err := tb.materialize(newPlan("", seeded, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
-	require.NoError(t, err)
-	require.True(t, ok)
-	store, refs, err := compactStore(tb.s.(*memory.Storage), tip, plumbing.ZeroHash)
-	require.NoError(t, err)
-	tb.s = store
+	tb, tip, refs := seededStore(t, seeded)
+	store := tb.s.(*memory.Storage)
 	gc := newStoreGC()
 	gc.historyLimit = 5
 	gc.reset(refs)
@@ -142,7 +137,7 @@ func pruneKeepsWhatIsNeeded(t *testing.T, seed uint64) {
 // Pruning deletes what the commits superseded: after a stream of pushed commits the store holds
 // the tip's trees, the kept history and nothing else.
 func TestStoreGCPruneDeletesSupersededTrees(t *testing.T) {
-	tb, tip, refs := seededTestBuilder(t, 300)
+	tb, tip, refs := seededBuilder(t, 300)
 	store := tb.s.(*memory.Storage)
 	gc := newStoreGC()
 	gc.historyLimit = 10
@@ -166,29 +161,11 @@ func TestStoreGCPruneDeletesSupersededTrees(t *testing.T) {
 
 // A count that cannot be trusted makes prune decline, so that the caller compacts in full.
 func TestStoreGCInvalidDeclines(t *testing.T) {
-	tb, _, refs := seededTestBuilder(t, 10)
+	tb, _, refs := seededBuilder(t, 10)
 	gc := newStoreGC()
 	gc.reset(refs)
 	gc.invalidate()
 	n := len(tb.s.(*memory.Storage).Objects)
 	require.False(t, gc.prune(tb.s.(*memory.Storage), nil))
 	require.Len(t, tb.s.(*memory.Storage).Objects, n)
-}
-
-func seededTestBuilder(t *testing.T, files int) (treeBuilder, plumbing.Hash, map[plumbing.Hash]int32) {
-	t.Helper()
-	tb := treeBuilder{s: memory.NewStorage(), trees: newTreeCache()}
-	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
-	self := Signature{Name: "kubescribe", Email: "k@example.com"}
-	seed := make([]attribution.AttributedChange, 0, files)
-	for i := range files {
-		seed = append(seed, benchChange(i, "seed"))
-	}
-	tip, ok, err := tb.materialize(newPlan("", seed, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
-	require.NoError(t, err)
-	require.True(t, ok)
-	store, refs, err := compactStore(tb.s.(*memory.Storage), tip, plumbing.ZeroHash)
-	require.NoError(t, err)
-	tb.s = store
-	return tb, tip, refs
 }
