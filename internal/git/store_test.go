@@ -69,11 +69,7 @@ func seedRemote(t testing.TB, url, file, content string) {
 // a large directory writes a large tree.
 func TestWorkingStoreIsCompactedByBytes(t *testing.T) {
 	_, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = time.Millisecond
-	tw := newTestWorker(t, opts)
-	tw.compactEvery = 1 << 30 // never by count
-	tw.compactBytes = 1       // after every push
+	tw, _ := compactingWorker(t, url)
 	tw.start(t)
 	for i := range 3 {
 		user := []string{"alice", "bob"}[i%2]
@@ -89,12 +85,7 @@ func TestWorkingStoreIsCompactedByBytes(t *testing.T) {
 func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 	gitDir, url := newBareRemote(t)
 	seedRemote(t, url, "seed/file.txt", "seed\n") // not a manifest: the folder gate passes it
-	opts := testOptions(url)
-	opts.CommitWindow = time.Millisecond
-	opts.Metrics = NewMetrics(prometheus.NewRegistry())
-	tw := newTestWorker(t, opts)
-	tw.compactEvery = 1 << 30 // never by count
-	tw.compactBytes = 1       // after every sync
+	tw, opts := compactingWorker(t, url)
 	var refuse atomic.Bool
 	refuse.Store(true)
 	tw.pushFn = func(ctx context.Context) error {
@@ -139,12 +130,7 @@ func compactions(m *Metrics) int {
 // left: the next compaction is a full one, and pruning resumes after it. Nothing is lost.
 func TestWorkingStoreCompactedInFullAfterRebuild(t *testing.T) {
 	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = time.Millisecond
-	opts.Metrics = NewMetrics(prometheus.NewRegistry())
-	tw := newTestWorker(t, opts)
-	tw.compactEvery = 1 << 30 // never by count
-	tw.compactBytes = 1       // after every sync
+	tw, opts := compactingWorker(t, url)
 	tw.start(t)
 	kind := func(k string) int { return int(testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(k))) }
 
@@ -170,4 +156,16 @@ func TestWorkingStoreCompactedInFullAfterRebuild(t *testing.T) {
 	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg-1.yaml"), "key: 3")
 	require.Equal(t, "hello", gitShow(t, gitDir, "main", "README.md"))
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
+}
+
+// compactingWorker returns a worker on url, not started, that commits each change at once and
+// cuts its store back after every sync (never for the count of its objects).
+func compactingWorker(t *testing.T, url string) (*testWorker, Options) {
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 1 << 30
+	tw.compactBytes = 1
+	return tw, opts
 }
