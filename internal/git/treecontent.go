@@ -70,11 +70,14 @@ func (c objectContent) writeTo(w io.Writer, from, to int) {
 	}
 }
 
-// bytes returns the content in one slice: the content itself when it was built from one (it
-// must not be modified), a copy otherwise.
+// bytes returns the content in one slice: the content itself when it was built from one or
+// fits in a page (it must not be modified), a copy otherwise.
 func (c objectContent) bytes() []byte {
 	if c.flat != nil || c.n == 0 {
 		return c.flat
+	}
+	if len(c.pages) == 1 {
+		return c.pages[0]
 	}
 	out := make([]byte, 0, c.n)
 	for _, p := range c.pages {
