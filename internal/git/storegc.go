@@ -45,9 +45,6 @@ func (g *storeGC) reset(refs map[plumbing.Hash]int32) {
 // invalidate forgets the counts: the local tip was not built by commits on the last one.
 func (g *storeGC) invalidate() { g.reset(nil) }
 
-// valid reports whether the store can be pruned rather than compacted.
-func (g *storeGC) valid() bool { return g.refs != nil }
-
 // committed accounts for commit sha, which was built on the local tip the counts describe and
 // wrote objs into s.
 func (g *storeGC) committed(s *memory.Storage, sha plumbing.Hash, objs []packObject) {
