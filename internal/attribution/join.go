@@ -66,6 +66,10 @@ type Joiner struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // "<route>/<uid>" -> wake-up channels
 	tails   map[string]chan struct{}              // object path -> closed once its newest change is emitted
+	// waitersPeak and tailsPeak are the most entries waiters and tails held since they were
+	// last made: a Go map keeps the room of its largest size, so one drained after a burst is
+	// made anew (shrinkAfter).
+	waitersPeak, tailsPeak int
 	// inFlight counts, per GitTarget, the changes passed to Join and not emitted (or dropped)
 	// yet.
 	inFlight map[types.NamespacedName]int
@@ -148,6 +152,7 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 	j.mu.Lock()
 	prev := j.tails[seq]
 	j.tails[seq] = done
+	j.tailsPeak = max(j.tailsPeak, len(j.tails))
 	j.inFlight[c.Target]++
 	j.mu.Unlock()
 	if j.metrics != nil {
@@ -172,6 +177,10 @@ func (j *Joiner) Join(c watch.Change, emit func(AttributedChange)) {
 	}
 	go j.deliver(item)
 }
+
+// shrinkAfter is the size above which a map of the joiner is made anew once it is empty: a
+// snapshot of 10,000 objects leaves a 10,000-entry map's room (~400 KB) behind otherwise.
+const shrinkAfter = 1024
 
 // listOutagePause is how long listed changes are not looked up after a lookup failed.
 const listOutagePause = 5 * time.Second
@@ -230,6 +239,9 @@ func (j *Joiner) deliver(it joinItem) {
 	j.mu.Lock()
 	if j.tails[it.seq] == it.done {
 		delete(j.tails, it.seq)
+		if len(j.tails) == 0 && j.tailsPeak > shrinkAfter {
+			j.tails, j.tailsPeak = map[string]chan struct{}{}, 0
+		}
 	}
 	if j.inFlight[c.Target]--; j.inFlight[c.Target] <= 0 {
 		delete(j.inFlight, c.Target)
@@ -390,6 +402,7 @@ func (j *Joiner) register(key string, w chan struct{}) {
 	if set == nil {
 		set = map[chan struct{}]struct{}{}
 		j.waiters[key] = set
+		j.waitersPeak = max(j.waitersPeak, len(j.waiters))
 	}
 	set[w] = struct{}{}
 }
@@ -400,6 +413,9 @@ func (j *Joiner) unregister(key string, w chan struct{}) {
 	delete(j.waiters[key], w)
 	if len(j.waiters[key]) == 0 {
 		delete(j.waiters, key)
+		if len(j.waiters) == 0 && j.waitersPeak > shrinkAfter {
+			j.waiters, j.waitersPeak = map[string]map[chan struct{}]struct{}{}, 0
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -326,4 +327,49 @@ func TestJoinInFlightPerTarget(t *testing.T) {
 	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "11", User: audit.Identity{Username: "bob"}}, false)
 	require.Equal(t, "u1", (<-out).UID)
 	require.Eventually(t, func() bool { return j.InFlight(web) == 0 }, 5*time.Second, time.Millisecond)
+}
+
+func TestJoinMapsAreMadeAnewOnceABurstDrained(t *testing.T) {
+	// A Go map keeps the room of its largest size: after a burst of more than shrinkAfter
+	// changes, the joiner's maps are made anew once empty, and not before.
+	facts := newFakeFacts()
+	j, _ := startJoiner(t, facts, 2*time.Second) // the live changes all wait at once
+	mapID := func() (tails, waiters uintptr) {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return reflect.ValueOf(j.tails).Pointer(), reflect.ValueOf(j.waiters).Pointer()
+	}
+	tails0, waiters0 := mapID()
+
+	var emitted sync.WaitGroup
+	const n = shrinkAfter + 100
+	emitted.Add(2 * n)
+	for i := range n {
+		listed := change(fmt.Sprintf("s%d", i), "1", watch.OpCreate)
+		listed.Snapshot = true
+		j.Join(listed, func(AttributedChange) { emitted.Done() })
+		live := change(fmt.Sprintf("l%d", i), "2", watch.OpUpdate) // waits out its grace
+		j.Join(live, func(AttributedChange) { emitted.Done() })
+	}
+	emitted.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, j.Wait(ctx))
+
+	j.mu.Lock()
+	require.Empty(t, j.tails)
+	require.Empty(t, j.waiters)
+	require.Zero(t, j.tailsPeak)
+	require.Zero(t, j.waitersPeak)
+	j.mu.Unlock()
+	tails1, waiters1 := mapID()
+	require.NotEqual(t, tails0, tails1, "the drained tails map is made anew")
+	require.NotEqual(t, waiters0, waiters1, "the drained waiters map is made anew")
+
+	// A small load keeps its maps.
+	j.Join(change("x", "3", watch.OpUpdate), func(AttributedChange) {})
+	require.NoError(t, j.Wait(ctx))
+	tails2, waiters2 := mapID()
+	require.Equal(t, tails1, tails2)
+	require.Equal(t, waiters1, waiters2)
 }
