@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,4 +44,20 @@ kubescribe_redis_requests_total{kind="pipeline",result="ok"} 0
 `), "kubescribe_redis_requests_total"))
 	require.Contains(t, logs.String(), "cannot connect to Redis")
 	require.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("cannot connect to Redis")), "dial failures are logged at most every 10s")
+}
+
+// TestRedisClientBufferSizes: the connections of a burst stay in the pool when it ends, so
+// their buffers are kept small.
+func TestRedisClientBufferSizes(t *testing.T) {
+	o := validOptions()
+	o.RedisAddr = "127.0.0.1:1"
+	rdb := newRedisClient(o, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	defer rdb.Close()
+	c, ok := rdb.(*redis.Client)
+	require.True(t, ok, "one address, no master name: a single-node client")
+	got := c.Options()
+	require.Equal(t, redisBufferSize, got.ReadBufferSize)
+	require.Equal(t, redisBufferSize, got.WriteBufferSize)
+	require.Equal(t, redisPipelineBufferSize, got.PipelineReadBufferSize)
+	require.Equal(t, redisPipelineBufferSize, got.PipelineWriteBufferSize)
 }
