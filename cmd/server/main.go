@@ -46,6 +46,7 @@ func run(args []string) int {
 		<-ctx.Done()
 		stop() // a second signal kills the process at once
 	}()
+	go releaseAfterBursts(ctx, logger)
 	if err := a.Run(ctx); err != nil {
 		return 1
 	}
