@@ -169,3 +169,38 @@ func compactingWorker(t *testing.T, url string) (*testWorker, Options) {
 	tw.compactBytes = 1
 	return tw, opts
 }
+
+// A worker with nothing to do for a while compacts its store back to the tip's trees and drops
+// its parsed trees; a worker with work does not, and commits after the trim land correctly.
+func TestIdleWorkerTrimsItsStore(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 1 << 30 // never by count
+	tw.idleTrim = 300 * time.Millisecond
+	tw.start(t)
+
+	for i := range 4 {
+		user := []string{"alice", "bob"}[i%2] // alternating authors: one commit each
+		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", fmt.Sprintf("cfg-%d", i), fmt.Sprint(i))))
+		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
+	}
+	// Four commits wrote four blobs, four configmaps trees and their parents; the trimmed store
+	// keeps the tip's trees (root, demo, core, configmaps) and the four commit objects.
+	waitFor(t, "store trimmed", func() bool { return strings.Contains(tw.logs.String(), "idle: working store trimmed") })
+	require.Equal(t, 1, strings.Count(tw.logs.String(), "idle: working store trimmed"), "once per idle spell")
+	require.InDelta(t, 4+4, testutil.ToFloat64(opts.Metrics.storeObjects), 0)
+
+	tw.Submit("", by("carol", "a9", cmChange(watch.OpUpdate, "demo", "cfg-0", "after")))
+	waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == 5 })
+	waitFor(t, "trimmed again", func() bool { return strings.Count(tw.logs.String(), "idle: working store trimmed") == 2 })
+	require.NoError(t, tw.stop(t))
+
+	require.Len(t, gitLog(t, gitDir, "main", "%s"), 5)
+	require.Len(t, gitFiles(t, gitDir, "main"), 4)
+	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg-0.yaml"), "key: after")
+	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg-3.yaml"), "key: 3")
+	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
+}

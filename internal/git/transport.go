@@ -316,6 +316,13 @@ func (w *Worker) compactIfDue() {
 		(len(w.store.Objects) < w.compactAt && w.storeGrowth < w.compactBytes) {
 		return
 	}
+	w.compact()
+}
+
+// compact cuts the working store back to what the next commits and the next push need: it
+// prunes it in place (storeGC) when it can, and replaces it by a compacted copy
+// (compactStore) otherwise.
+func (w *Worker) compact() {
 	var keep []plumbing.Hash
 	needed := map[plumbing.Hash]bool{w.remoteTip: true} // a rebuild starts from its commit
 	for _, p := range w.plans {
