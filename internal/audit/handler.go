@@ -219,6 +219,30 @@ func putBody(p *[]byte) {
 	case bodies <- p:
 	default:
 	}
+	keptIdle.Reset(keepIdle)
+}
+
+// keepIdle is how long the kept body buffers and decoders outlive the last batch. They are
+// kept for a steady stream of batches; once the apiserver has had nothing to send for that
+// long, they are dropped, so that a burst of large batches does not leave megabytes behind
+// (cmd/server returns free memory to the OS after a quiet spell longer than this).
+var keepIdle = 5 * time.Second
+
+// keptIdle drops the kept bodies and decoders keepIdle after the last batch; every batch
+// postpones it.
+var keptIdle = time.AfterFunc(time.Hour, dropKept)
+
+func init() { keptIdle.Stop() }
+
+func dropKept() {
+	for {
+		select {
+		case <-bodies:
+		case <-decoders:
+		default:
+			return
+		}
+	}
 }
 
 var errTooLarge = errors.New("body exceeds the limit")

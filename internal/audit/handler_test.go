@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -420,4 +421,26 @@ func TestMalformedSummary(t *testing.T) {
 	require.Len(t, got, maxLoggedMalformed)
 	require.Equal(t, []string{"items[0]", "items[1] a1"}, got[:2])
 	require.Empty(t, malformedSummary(nil, maxLoggedMalformed))
+}
+
+// The body buffers and decoders kept for a stream of batches are dropped once no batch came for
+// keepIdle, and kept while batches come.
+func TestKeptBuffersDroppedWhenIdle(t *testing.T) {
+	defer func(d time.Duration) { keepIdle = d }(keepIdle)
+	keepIdle = 200 * time.Millisecond
+	dropKept()
+
+	putDecoder(getDecoder())
+	putBody(getBody(1 << 20))
+	require.Len(t, bodies, 1)
+	require.Len(t, decoders, 1)
+	require.Eventually(t, func() bool { return len(bodies) == 0 && len(decoders) == 0 },
+		5*time.Second, 10*time.Millisecond, "dropped after keepIdle")
+
+	// A batch that comes while they are kept takes one and postpones the drop.
+	putBody(getBody(64))
+	b := getBody(64)
+	require.Empty(t, bodies, "the kept buffer was taken")
+	putBody(b)
+	require.Len(t, bodies, 1)
 }
