@@ -105,6 +105,8 @@ func run(c config) (err error) {
 		if c.dir, err = os.MkdirTemp("", "kubescribe-snapload-"); err != nil {
 			return err
 		}
+	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return err
 	}
 	keep := c.keep
 	defer func() {
