@@ -69,6 +69,7 @@ type config struct {
 	dir                  string
 	keep, pprof, gctrace bool
 	facts                bool
+	memProfileRate       int
 }
 
 func main() {
@@ -85,6 +86,7 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory (logs, repositories, profiles)")
 	flag.BoolVar(&c.pprof, "pprof", false, "build the server with net/http/pprof and save heap profiles (implies -keep)")
 	flag.BoolVar(&c.gctrace, "gctrace", false, "run the server with GODEBUG=gctrace=1 (lines in kubescribe.log)")
+	flag.IntVar(&c.memProfileRate, "memprofilerate", 0, "run the server with GODEBUG=memprofilerate=N: heap profiles sample every N bytes (Go's default 524288 leaves small objects to chance; 4096 counts them closely, a little slower)")
 	flag.BoolVar(&c.facts, "facts", false, "keep the audit facts of the creates in Redis: the first commits are then the admin's creates, not one snapshot")
 	flag.Parse()
 	if err := run(c); err != nil {
@@ -174,8 +176,15 @@ func run(c config) (err error) {
 			return fmt.Errorf("emptying Redis: %w", err)
 		}
 	}
+	var godebug []string
 	if c.gctrace {
-		_ = os.Setenv("GODEBUG", "gctrace=1")
+		godebug = append(godebug, "gctrace=1")
+	}
+	if c.memProfileRate > 0 {
+		godebug = append(godebug, fmt.Sprintf("memprofilerate=%d", c.memProfileRate))
+	}
+	if len(godebug) > 0 {
+		_ = os.Setenv("GODEBUG", strings.Join(godebug, ","))
 	}
 	if pprofAddr != "" {
 		_ = os.Setenv("KUBESCRIBE_SNAPLOAD_PPROF", pprofAddr)
