@@ -80,7 +80,7 @@ const (
 	// compacted back, whatever their number.
 	compactBytes = 2 << 20
 	// idleTrimAfter is how long a worker with nothing to do waits before it lets go of what
-	// only speeds up its next commits: the working store is compacted back to the tip's trees
+	// only speeds up its next commits: the working store is cut back (compact)
 	// and the parsed trees of the last commit are dropped. After 10,000 commits into a
 	// 10,000-object folder that is ~1.4 MB (an index of the folder's names, superseded trees),
 	// which the snapshot before them had not left. It is shorter than the quiet time after
