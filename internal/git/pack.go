@@ -31,7 +31,10 @@ const maxDeltaRatio = 0.75
 // changed, not on the size or history of the repository.
 func buildPack(s storer.EncodedObjectStorer, objs []packObject, thin bool) ([]byte, error) {
 	seen := make(map[plumbing.Hash]bool, len(objs))
+	// The header's object count is known at the end: it is written in place then, so that the
+	// pack is built in one buffer (a snapshot's pack is megabytes).
 	var body bytes.Buffer
+	body.Write([]byte{'P', 'A', 'C', 'K', 0, 0, 0, 2, 0, 0, 0, 0})
 	n := 0
 	zw := zlib.NewWriter(io.Discard)
 	for _, o := range objs {
@@ -76,12 +79,9 @@ func buildPack(s storer.EncodedObjectStorer, objs []packObject, thin bool) ([]by
 		}
 		n++
 	}
-	out := make([]byte, 0, 12+body.Len()+sha1.Size)
-	out = append(out, 'P', 'A', 'C', 'K')
-	out = binary.BigEndian.AppendUint32(out, 2)
-	out = binary.BigEndian.AppendUint32(out, uint32(n)) //nolint:gosec // a pack of a few commits
-	out = append(out, body.Bytes()...)
-	sum := sha1.Sum(out) //nolint:gosec // the pack trailer is SHA-1
+	out := body.Bytes()
+	binary.BigEndian.PutUint32(out[8:12], uint32(n)) //nolint:gosec // a pack of a few commits
+	sum := sha1.Sum(out)                             //nolint:gosec // the pack trailer is SHA-1
 	return append(out, sum[:]...), nil
 }
 
