@@ -3,7 +3,8 @@ package watch
 import (
 	"context"
 	"errors"
-	"time"
+	"strings"
+	"sync"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,15 +23,53 @@ import (
 // when the object arrives, and keeps:
 //
 //	apiVersion, kind, metadata.{name, namespace, uid, resourceVersion, deletionTimestamp},
-//	metadata.managedFields reduced to the newest writers' {manager, operation, time},
-//	and the rendered manifest (or the render error) under keys no API object has.
+//	the field managers of the newest write (newestWriters), the rendered manifest (or the
+//	render error), the last two under keys no API object has.
+//
+// Every allocation of a compact object stays in the heap as long as the object, and a stream
+// replaces the objects one at a time, leaving the heap's pages partly used: values that many
+// objects share (apiVersion, kind, namespace, the writers) are stored once per informer
+// (interned), and the writers are one string rather than a list of maps.
 const (
 	manifestKey    = "\x00kubescribe:manifest"
 	renderErrorKey = "\x00kubescribe:render-error"
+	// writersKey holds the field managers of the newest write, joined by writersSep.
+	writersKey = "\x00kubescribe:writers"
+	writersSep = "\x00"
 )
+
+// internMax bounds the values an informer's transform interns (namespaces, manager sets):
+// beyond it, values are stored per object.
+const internMax = 4096
+
+// interner stores each distinct string once, boxed, so that putting it in an object's map
+// allocates nothing.
+type interner struct {
+	mu     sync.Mutex
+	values map[string]any
+}
+
+func (in *interner) box(s string) any {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.values[s]; ok {
+		return v
+	}
+	if in.values == nil {
+		in.values = map[string]any{}
+	}
+	if len(in.values) >= internMax {
+		return s
+	}
+	s = strings.Clone(s) // not a view of the decoded object
+	v := any(s)
+	in.values[s] = v
+	return v
+}
 
 // compactTransform is the informers' cache.TransformFunc.
 func compactTransform(render Render) cache.TransformFunc {
+	var in interner
 	return func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -41,25 +80,23 @@ func compactTransform(render Render) cache.TransformFunc {
 		}
 		meta := map[string]any{"name": u.GetName(), "uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()}
 		if ns := u.GetNamespace(); ns != "" {
-			meta["namespace"] = ns
+			meta["namespace"] = in.box(ns)
 		}
 		if dt, ok, _ := unstructured.NestedString(u.Object, "metadata", "deletionTimestamp"); ok && dt != "" {
 			meta["deletionTimestamp"] = dt // held in deletion: the join needs the version before it
 		}
-		if newest := newestWriters(u.GetManagedFields()); len(newest) > 0 {
-			entries := make([]any, 0, len(newest))
-			for _, e := range newest {
-				entries = append(entries, map[string]any{
-					"manager": e.Manager, "operation": string(e.Operation), "time": e.Time.UTC().Format(time.RFC3339),
-				})
-			}
-			meta["managedFields"] = entries
-		}
 		out := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": u.GetAPIVersion(),
-			"kind":       u.GetKind(),
+			"apiVersion": in.box(u.GetAPIVersion()),
+			"kind":       in.box(u.GetKind()),
 			"metadata":   meta,
 		}}
+		if newest := newestWriters(u.GetManagedFields()); len(newest) > 0 {
+			managers := make([]string, len(newest))
+			for i, e := range newest {
+				managers[i] = e.Manager
+			}
+			out.Object[writersKey] = in.box(strings.Join(managers, writersSep))
+		}
 		manifest, err := render(u)
 		if err != nil {
 			out.Object[renderErrorKey] = err.Error()
@@ -68,6 +105,19 @@ func compactTransform(render Render) cache.TransformFunc {
 		}
 		return out, nil
 	}
+}
+
+// newestManagers returns the field managers of u's newest write that is not a status write:
+// from a compact object's writers, or from a full object's managedFields.
+func newestManagers(u *unstructured.Unstructured) []string {
+	if w, ok := u.Object[writersKey].(string); ok {
+		return strings.Split(w, writersSep)
+	}
+	var managers []string
+	for _, e := range newestWriters(u.GetManagedFields()) {
+		managers = append(managers, e.Manager)
+	}
+	return managers
 }
 
 // manifestOf returns the declared form a compact object carries, as a read-only view of the

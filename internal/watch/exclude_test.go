@@ -2,8 +2,10 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -85,9 +87,8 @@ func TestExcludeFieldManagers(t *testing.T) {
 	require.Equal(t, OpDelete, del.Op, "a delete is never excluded by field manager")
 }
 
-// TestCompactTransform: the informers keep identity, the declared form and the newest
-// writers of managedFields (status writes and older writers left out), nothing else of the
-// object.
+// TestCompactTransform: the informers keep identity, the declared form and the managers of
+// the newest write (status writes and older writers left out), nothing else of the object.
 func TestCompactTransform(t *testing.T) {
 	u := configMap("cfg", "7", map[string]any{"a": "1"})
 	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("admin", 1, ""), entry("kubectl", 3, ""),
@@ -102,16 +103,39 @@ func TestCompactTransform(t *testing.T) {
 	require.Equal(t, "7", c.GetResourceVersion())
 	require.Nil(t, c.Object["data"])
 	require.Nil(t, c.GetLabels())
-	mf := c.GetManagedFields()
-	require.Len(t, mf, 2)
-	require.Equal(t, "kubectl", mf[0].Manager)
-	require.Equal(t, "helm", mf[1].Manager)
-	require.True(t, mf[0].Time.Equal(entry("kubectl", 3, "").Time))
-	require.True(t, mf[1].Time.Equal(entry("kubectl", 3, "").Time))
+	require.Nil(t, c.GetManagedFields(), "only the newest writers are kept")
+	require.Equal(t, []string{"kubectl", "helm"}, newestManagers(c))
+	require.True(t, newestManagersExcluded(c, []string{"kubectl", "helm"}))
+	require.False(t, newestManagersExcluded(c, []string{"kubectl"}))
 	manifest, err := manifestOf(c)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":"1"}`, string(manifest))
 	again, err := compactTransform(renderData)(c)
 	require.NoError(t, err)
 	require.Same(t, c, again, "a compact object is kept as is")
+}
+
+// Values many compact objects share are stored once per informer: objects of one namespace,
+// kind and writers hold the same strings, not copies of the decoded ones.
+func TestCompactTransformInterns(t *testing.T) {
+	transform := compactTransform(renderData)
+	var outs []*unstructured.Unstructured
+	for i := range 3 {
+		u := configMap(fmt.Sprintf("cfg-%d", i), "7", map[string]any{"a": "1"})
+		u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 3, "")})
+		out, err := transform(u)
+		require.NoError(t, err)
+		outs = append(outs, out.(*unstructured.Unstructured))
+	}
+	same := func(get func(*unstructured.Unstructured) string) {
+		t.Helper()
+		a, b := get(outs[0]), get(outs[2])
+		require.Equal(t, a, b)
+		require.Equal(t, unsafe.StringData(a), unsafe.StringData(b), "one string for every object")
+	}
+	same((*unstructured.Unstructured).GetNamespace)
+	same((*unstructured.Unstructured).GetKind)
+	same((*unstructured.Unstructured).GetAPIVersion)
+	same(func(u *unstructured.Unstructured) string { return u.Object[writersKey].(string) })
+	require.NotEqual(t, outs[0].GetName(), outs[2].GetName())
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -268,24 +267,12 @@ func (s *sharedInformer) excludedLocked(sub *subscription, u *unstructured.Unstr
 	return true
 }
 
-// newestManagersExcluded reports whether the newest managedFields entries of u (ignoring
-// status writes) all name an excluded manager. Entries are compared by time; several entries
-// at the newest time (managedFields times have a one-second resolution) exclude the write only
-// when every one of them is excluded. An object without managedFields is never excluded.
+// newestManagersExcluded reports whether the field managers of u's newest write (ignoring
+// status writes) all are excluded ones. Several managers at the newest time (managedFields
+// times have a one-second resolution) exclude the write only when every one of them is
+// excluded. An object without managedFields is never excluded.
 func newestManagersExcluded(u *unstructured.Unstructured, excluded []string) bool {
-	var newest *metav1.Time
-	var managers []string
-	for _, e := range u.GetManagedFields() {
-		if e.Subresource == "status" || e.Time == nil {
-			continue
-		}
-		switch {
-		case newest == nil || newest.Before(e.Time):
-			newest, managers = e.Time, []string{e.Manager}
-		case e.Time.Equal(newest):
-			managers = append(managers, e.Manager)
-		}
-	}
+	managers := newestManagers(u)
 	if len(managers) == 0 {
 		return false
 	}
