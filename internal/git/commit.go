@@ -3,7 +3,6 @@ package git
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha1" //nolint:gosec // Git object names are SHA-1.
 	"errors"
 	"fmt"
 	"io"
@@ -669,13 +668,8 @@ type rawObject struct {
 }
 
 func newRawObject(t plumbing.ObjectType, cont []byte) *rawObject {
-	hd := sha1.New() //nolint:gosec // Git object names are SHA-1.
-	var hdr [32]byte
-	hd.Write(objectHeader(hdr[:0], t, len(cont)))
-	hd.Write(cont)
-	o := &rawObject{t: t, c: flatContent(cont)}
-	hd.Sum(o.h[:0])
-	return o
+	c := flatContent(cont)
+	return &rawObject{h: hashObject(t, c), t: t, c: c}
 }
 
 func (o *rawObject) Hash() plumbing.Hash         { return o.h }

@@ -54,6 +54,18 @@ func objectHeader(b []byte, t plumbing.ObjectType, size int) []byte {
 	return append(b, 0)
 }
 
+// hashObject returns the name of the object of type t with content c: the SHA-1 of its header
+// and content.
+func hashObject(t plumbing.ObjectType, c objectContent) plumbing.Hash {
+	d := sha1.New() //nolint:gosec // Git object names are SHA-1.
+	var hdr [32]byte
+	d.Write(objectHeader(hdr[:0], t, c.len()))
+	c.writeTo(d, 0, c.len())
+	var h plumbing.Hash
+	d.Sum(h[:0])
+	return h
+}
+
 // hashTree returns the object name of tree content c and, for a large tree, its marks: mark i
 // is the SHA-1 state after the header and the first i*markStride(c.len()) bytes of c.
 //
@@ -61,16 +73,12 @@ func objectHeader(b []byte, t plumbing.ObjectType, size int) []byte {
 // caller guarantees that the first lo bytes of c are base's. Hashing then resumes at base's
 // last mark at or before lo.
 func hashTree(c objectContent, base *parsedTree, lo int) (plumbing.Hash, []byte) {
-	d := sha1.New() //nolint:gosec // Git object names are SHA-1.
-	var h plumbing.Hash
 	size := c.len()
 	if size < hashMarkMin {
-		var hdr [32]byte
-		d.Write(objectHeader(hdr[:0], plumbing.TreeObject, size))
-		c.writeTo(d, 0, size)
-		d.Sum(h[:0])
-		return h, nil
+		return hashObject(plumbing.TreeObject, c), nil
 	}
+	d := sha1.New() //nolint:gosec // Git object names are SHA-1.
+	var h plumbing.Hash
 	stride := markStride(size)
 	n := (size-1)/stride + 1 // marks at 0, stride, ..., (n-1)*stride < size
 	marks := make([]byte, n*sha1StateSize)
