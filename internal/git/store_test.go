@@ -50,7 +50,7 @@ func TestWorkingStoreIsCompacted(t *testing.T) {
 	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg.yaml"), fmt.Sprintf("key: %d", commits-1))
 	require.Equal(t, "seed", gitShow(t, gitDir, "main", "seed/file.txt"))
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
-	require.Positive(t, testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(compactionPrune)), "pruned in place")
+	require.Positive(t, compactionsOf(opts.Metrics, compactionPrune), "pruned in place")
 }
 
 // seedRemote pushes a first commit holding file to the main branch of url.
@@ -103,11 +103,11 @@ func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 		n := i + 1
 		waitFor(t, "committed and compacted", func() bool {
 			return testutil.ToFloat64(opts.Metrics.unpushed) == float64(n) &&
-				compactions(opts.Metrics) > i
+				compactionsOf(opts.Metrics, compactionPrune)+compactionsOf(opts.Metrics, compactionFull) > i
 		})
 	}
 	require.Empty(t, tw.pushes.commits())
-	require.Positive(t, testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(compactionPrune)), "pruned")
+	require.Positive(t, compactionsOf(opts.Metrics, compactionPrune), "pruned")
 
 	refuse.Store(false)
 	waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == commits })
@@ -120,10 +120,9 @@ func TestWorkingStoreIsCompactedAroundUnpushedCommits(t *testing.T) {
 	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
 }
 
-// compactions is how often the workers of m compacted or pruned their stores.
-func compactions(m *Metrics) int {
-	return int(testutil.ToFloat64(m.compactions.WithLabelValues(compactionPrune)) +
-		testutil.ToFloat64(m.compactions.WithLabelValues(compactionFull)))
+// compactionsOf is how often the workers of m cut their stores back in the way kind.
+func compactionsOf(m *Metrics, kind string) int {
+	return int(testutil.ToFloat64(m.compactions.WithLabelValues(kind)))
 }
 
 // After the worker rebuilt its commits on another writer's, its path counts describe a tip it
@@ -132,7 +131,7 @@ func TestWorkingStoreCompactedInFullAfterRebuild(t *testing.T) {
 	gitDir, url := newBareRemote(t)
 	tw, opts := compactingWorker(t, url)
 	tw.start(t)
-	kind := func(k string) int { return int(testutil.ToFloat64(opts.Metrics.compactions.WithLabelValues(k))) }
+	kind := func(k string) int { return compactionsOf(opts.Metrics, k) }
 
 	submit := func(i int) {
 		tw.Submit("", by([]string{"alice", "bob"}[i%2], fmt.Sprintf("a%d", i), cmChange(watch.OpUpdate, "demo", fmt.Sprintf("cfg-%d", i%2), fmt.Sprint(i))))
