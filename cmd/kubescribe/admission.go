@@ -5,14 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/authz"
 )
 
@@ -44,19 +43,15 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 	}
 	cc := admissionregistrationv1.WebhookClientConfig{CABundle: ca}
 	if *rawURL != "" {
-		u, err := url.Parse(*rawURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		u, ok := admission.WebhookURL(*rawURL, authz.Path)
+		if !ok {
 			return errors.New("--url must be an https URL with a host, without user info, query or fragment")
 		}
-		if u.Path == "" || u.Path == "/" {
-			u.Path = authz.Path
-		}
-		s := u.String()
-		cc.URL = &s
+		cc.URL = &u
 	} else {
-		ref, err := parseService(*service)
+		ref, err := admission.ServiceReference(*service, authz.Path)
 		if err != nil {
-			return err
+			return fmt.Errorf("--service %q: %w", *service, err)
 		}
 		cc.Service = ref
 	}
@@ -66,21 +61,4 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 	}
 	_, err = stdout.Write(out)
 	return err
-}
-
-func parseService(s string) (*admissionregistrationv1.ServiceReference, error) {
-	port := int32(9443)
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		p, err := strconv.ParseInt(s[i+1:], 10, 32)
-		if err != nil || p < 1 || p > 65535 {
-			return nil, fmt.Errorf("--service %q: the port must be a number from 1 to 65535", s)
-		}
-		port, s = int32(p), s[:i]
-	}
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return nil, fmt.Errorf("--service %q: want namespace/name[:port]", s)
-	}
-	path := authz.Path
-	return &admissionregistrationv1.ServiceReference{Namespace: ns, Name: name, Path: &path, Port: &port}, nil
 }

@@ -181,30 +181,49 @@ func ClientConfig(rawURL, service string, caBundle []byte, route string) (admiss
 	cc.CABundle = caBundle
 	path := PathPrefix + route
 	if rawURL != "" {
-		u, err := url.Parse(rawURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		u, ok := WebhookURL(rawURL, path)
+		if !ok {
 			return cc, fmt.Errorf("webhook URL %q: want an https URL with a host, without user info, query or fragment", rawURL)
 		}
-		if u.Path == "" || u.Path == "/" {
-			u.Path = path
-		}
-		s := u.String()
-		cc.URL = &s
+		cc.URL = &u
 		return cc, nil
 	}
+	ref, err := ServiceReference(service, path)
+	if err != nil {
+		return cc, fmt.Errorf("service %q: %w", service, err)
+	}
+	cc.Service = ref
+	return cc, nil
+}
+
+// WebhookURL checks the URL of a webhook served by kubescribe (https, a host, no user info,
+// query or fragment) and gives it path when it has none.
+func WebhookURL(rawURL, path string) (string, bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", false
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = path
+	}
+	return u.String(), true
+}
+
+// ServiceReference parses the Service in front of kubescribe's admission listener, given as
+// namespace/name[:port] (DefaultServicePort when no port is given), for a webhook at path.
+func ServiceReference(service, path string) (*admissionregistrationv1.ServiceReference, error) {
 	port := int32(DefaultServicePort)
 	s := service
 	if i := strings.LastIndexByte(s, ':'); i >= 0 {
 		p, err := strconv.ParseInt(s[i+1:], 10, 32)
 		if err != nil || p < 1 || p > 65535 {
-			return cc, fmt.Errorf("service %q: the port must be a number from 1 to 65535", service)
+			return nil, errors.New("the port must be a number from 1 to 65535")
 		}
 		port, s = int32(p), s[:i]
 	}
 	ns, name, ok := strings.Cut(s, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return cc, fmt.Errorf("service %q: want namespace/name[:port]", service)
+		return nil, errors.New("want namespace/name[:port]")
 	}
-	cc.Service = &admissionregistrationv1.ServiceReference{Namespace: ns, Name: name, Path: &path, Port: &port}
-	return cc, nil
+	return &admissionregistrationv1.ServiceReference{Namespace: ns, Name: name, Path: &path, Port: &port}, nil
 }
