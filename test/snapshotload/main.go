@@ -572,11 +572,12 @@ func countUpdates(repoDir, base string) int {
 	return n
 }
 
-// sample is the server's memory at one moment, in KiB.
-type sample struct{ rss, hwm int }
+// sample is the server's memory at one moment, in KiB. The resident set is anon (the heap,
+// stacks and the runtime's own memory) plus file (the executable's pages that were touched).
+type sample struct{ rss, hwm, anon, file int }
 
 func (s sample) String() string {
-	return fmt.Sprintf("VmRSS %.1f MiB, VmHWM %.1f MiB", mib(s.rss), mib(s.hwm))
+	return fmt.Sprintf("VmRSS %.1f MiB (anon %.1f, file %.1f), VmHWM %.1f MiB", mib(s.rss), mib(s.anon), mib(s.file), mib(s.hwm))
 }
 
 func mib(kib int) float64 { return float64(kib) / 1024 }
@@ -607,7 +608,9 @@ func (m *monitor) read() sample {
 	st := procStatus(m.pid)
 	rss, _ := strconv.Atoi(st["VmRSS"])
 	hwm, _ := strconv.Atoi(st["VmHWM"])
-	return sample{rss: rss, hwm: hwm}
+	anon, _ := strconv.Atoi(st["RssAnon"])
+	file, _ := strconv.Atoi(st["RssFile"])
+	return sample{rss: rss, hwm: hwm, anon: anon, file: file}
 }
 
 func (m *monitor) loop() {
@@ -729,13 +732,13 @@ type results struct {
 func (r results) print(c config) {
 	fmt.Println()
 	fmt.Printf("snapshot load: %d ConfigMaps, %d further changes, commitWindow %s\n", c.objects, c.changes, c.window)
-	fmt.Printf("%-44s %12s %12s %12s\n", "", "wall", "VmRSS MiB", "VmHWM MiB")
+	fmt.Printf("%-44s %12s %12s %12s %12s %12s\n", "", "wall", "VmRSS MiB", "anon MiB", "file MiB", "VmHWM MiB")
 	row := func(name string, wall time.Duration, s sample) {
 		w := "-"
 		if wall > 0 {
 			w = wall.Round(10 * time.Millisecond).String()
 		}
-		fmt.Printf("%-44s %12s %12.1f %12.1f\n", name, w, mib(s.rss), mib(s.hwm))
+		fmt.Printf("%-44s %12s %12.1f %12.1f %12.1f %12.1f\n", name, w, mib(s.rss), mib(s.anon), mib(s.file), mib(s.hwm))
 	}
 	row("server started, idle", 0, r.idleStart)
 	row(fmt.Sprintf("snapshot pushed (%d commits)", r.snapshotCommits), r.snapshotWall, r.snapshotEnd)
