@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"unsafe"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
@@ -20,120 +22,163 @@ import (
 // The informers keep compact objects. A stream needs of a live object only its identity, its
 // declared form and who last wrote it; an informer's store of full objects (a 10,000-ConfigMap
 // list is ~55 MB of maps) would hold much more. The transform renders the declared form once,
-// when the object arrives, and keeps:
+// when the object arrives, and keeps a compactObject:
 //
 //	apiVersion, kind, metadata.{name, namespace, uid, resourceVersion, deletionTimestamp},
-//	the field managers of the newest write (newestWriters), the rendered manifest (or the
-//	render error), the last two under keys no API object has.
+//	the field managers of the newest write, the rendered manifest (or the render error).
 //
 // Every allocation of a compact object stays in the heap as long as the object, and a stream
-// replaces the objects one at a time, leaving the heap's pages partly used: values that many
-// objects share (apiVersion, kind, namespace, the writers) are stored once per informer
-// (interned), and the writers are one string rather than a list of maps.
-const (
-	manifestKey    = "\x00kubescribe:manifest"
-	renderErrorKey = "\x00kubescribe:render-error"
-	// writersKey holds the field managers of the newest write, joined by writersSep.
-	writersKey = "\x00kubescribe:writers"
-	writersSep = "\x00"
-)
+// replaces the objects one at a time, leaving the heap's pages partly used. So a compact object
+// is a struct, not maps, made of three allocations: the struct, its uid, and one string holding
+// its manifest, name and resourceVersion. Values that many objects share (apiVersion, kind,
+// namespace, the writers) are stored once per informer (interned).
+type compactObject struct {
+	metav1.TypeMeta
+	// ObjectMeta holds the name, namespace, uid, resourceVersion and deletionTimestamp; a
+	// bookmark's, its resourceVersion and annotations.
+	metav1.ObjectMeta
+	// writers are the field managers of the newest write, joined by writersSep.
+	writers string
+	// manifest is the declared form, unless rendering it failed with renderError.
+	manifest, renderError string
+}
+
+// writersSep joins a compact object's writers: no manager name contains it.
+const writersSep = "\x00"
+
+func (o *compactObject) DeepCopyObject() runtime.Object {
+	c := *o
+	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
+}
+
+// compactList is a page of a list, compacted.
+type compactList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []*compactObject
+}
+
+func (l *compactList) DeepCopyObject() runtime.Object {
+	c := &compactList{TypeMeta: l.TypeMeta, Items: make([]*compactObject, len(l.Items))}
+	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	for i, o := range l.Items {
+		c.Items[i] = o.DeepCopyObject().(*compactObject)
+	}
+	return c
+}
 
 // internMax bounds the values an informer's transform interns (namespaces, manager sets):
 // beyond it, values are stored per object.
 const internMax = 4096
 
-// interner stores each distinct string once, boxed, so that putting it in an object's map
-// allocates nothing.
+// interner stores each distinct string once.
 type interner struct {
 	mu     sync.Mutex
-	values map[string]any
+	values map[string]string
 }
 
-func (in *interner) box(s string) any {
+func (in *interner) intern(s string) string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if v, ok := in.values[s]; ok {
 		return v
 	}
 	if in.values == nil {
-		in.values = map[string]any{}
-	}
-	if len(in.values) >= internMax {
-		return s
+		in.values = map[string]string{}
 	}
 	s = strings.Clone(s) // not a view of the decoded object
-	v := any(s)
-	in.values[s] = v
-	return v
+	if len(in.values) < internMax {
+		in.values[s] = s
+	}
+	return s
 }
 
-// compactTransform is the informers' cache.TransformFunc.
-func compactTransform(render Render) cache.TransformFunc {
-	var in interner
-	return func(obj any) (any, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil // a tombstone holds an object that was transformed already
-		}
-		if _, done := u.Object[manifestKey]; done {
-			return u, nil
-		}
-		meta := map[string]any{"name": u.GetName(), "uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()}
-		if ns := u.GetNamespace(); ns != "" {
-			meta["namespace"] = in.box(ns)
-		}
-		if dt, ok, _ := unstructured.NestedString(u.Object, "metadata", "deletionTimestamp"); ok && dt != "" {
-			meta["deletionTimestamp"] = dt // held in deletion: the join needs the version before it
-		}
-		out := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": in.box(u.GetAPIVersion()),
-			"kind":       in.box(u.GetKind()),
-			"metadata":   meta,
-		}}
-		if newest := newestWriters(u.GetManagedFields()); len(newest) > 0 {
-			managers := make([]string, len(newest))
-			for i, e := range newest {
-				managers[i] = e.Manager
-			}
-			out.Object[writersKey] = in.box(strings.Join(managers, writersSep))
-		}
-		manifest, err := render(u)
-		if err != nil {
-			out.Object[renderErrorKey] = err.Error()
-		} else {
-			out.Object[manifestKey] = string(manifest)
-		}
-		return out, nil
-	}
+// compactor turns an informer's full objects into compact ones.
+type compactor struct {
+	render Render
+	in     interner
 }
 
-// newestManagers returns the field managers of u's newest write that is not a status write:
-// from a compact object's writers, or from a full object's managedFields.
-func newestManagers(u *unstructured.Unstructured) []string {
-	if w, ok := u.Object[writersKey].(string); ok {
-		return strings.Split(w, writersSep)
+func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
+	o := &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: c.in.intern(u.GetAPIVersion()), Kind: c.in.intern(u.GetKind())}}
+	if ns := u.GetNamespace(); ns != "" {
+		o.Namespace = c.in.intern(ns)
 	}
-	var managers []string
-	for _, e := range newestWriters(u.GetManagedFields()) {
-		managers = append(managers, e.Manager)
+	o.UID = types.UID(strings.Clone(string(u.GetUID())))
+	if dt := u.GetDeletionTimestamp(); dt != nil {
+		o.DeletionTimestamp = dt // held in deletion: the join needs the version before it
 	}
-	return managers
+	if newest := newestWriters(u.GetManagedFields()); len(newest) > 0 {
+		managers := make([]string, len(newest))
+		for i, e := range newest {
+			managers[i] = e.Manager
+		}
+		o.writers = c.in.intern(strings.Join(managers, writersSep))
+	}
+	manifest, err := c.render(u)
+	if err != nil {
+		o.renderError = err.Error()
+		manifest = nil
+	}
+	name, rv := u.GetName(), u.GetResourceVersion()
+	all := string(manifest) + name + rv // one allocation
+	m, n := len(manifest), len(name)
+	o.manifest, o.Name, o.ResourceVersion = all[:m], all[m:m+n], all[m+n:]
+	return o
+}
+
+// compactEvent compacts a watch event's object. A bookmark keeps its resourceVersion and
+// annotations (the reflector reads the end of a watch-list's initial events there).
+func (c *compactor) compactEvent(e watch.Event) watch.Event {
+	u, ok := e.Object.(*unstructured.Unstructured)
+	switch {
+	case e.Type == watch.Error || !ok:
+		return e
+	case e.Type == watch.Bookmark:
+		o := &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}}
+		o.ResourceVersion, o.Annotations = u.GetResourceVersion(), u.GetAnnotations()
+		e.Object = o
+	default:
+		e.Object = c.compact(u)
+	}
+	return e
+}
+
+// compactList compacts a page of a list.
+func (c *compactor) compactList(obj runtime.Object) (runtime.Object, error) {
+	l, ok := obj.(*unstructured.UnstructuredList)
+	if !ok {
+		return nil, fmt.Errorf("a list of %T, not of unstructured objects", obj)
+	}
+	out := &compactList{Items: make([]*compactObject, len(l.Items))}
+	out.ResourceVersion, out.Continue, out.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
+	for i := range l.Items {
+		out.Items[i] = c.compact(&l.Items[i])
+		l.Items[i] = unstructured.Unstructured{} // the full object can go before the page is done
+	}
+	return out, nil
+}
+
+// managers returns the field managers of the newest write that is not a status write.
+func (o *compactObject) managers() []string {
+	if o.writers == "" {
+		return nil
+	}
+	return strings.Split(o.writers, writersSep)
 }
 
 // manifestOf returns the declared form a compact object carries, as a read-only view of the
 // cached string rather than a copy: a 10,000-object snapshot would otherwise hold every
 // manifest twice until it is committed.
-func manifestOf(u *unstructured.Unstructured) ([]byte, error) {
-	if m, ok := u.Object[manifestKey].(string); ok {
-		if m == "" {
-			return []byte{}, nil
-		}
-		return unsafe.Slice(unsafe.StringData(m), len(m)), nil
+func manifestOf(o *compactObject) ([]byte, error) {
+	if o.renderError != "" {
+		return nil, errors.New(o.renderError)
 	}
-	if e, ok := u.Object[renderErrorKey].(string); ok {
-		return nil, errors.New(e)
+	if o.manifest == "" {
+		return []byte{}, nil
 	}
-	return nil, errors.New("the object carries no declared form")
+	return unsafe.Slice(unsafe.StringData(o.manifest), len(o.manifest)), nil
 }
 
 // newCompactInformer is dynamicinformer.NewFilteredDynamicInformer with compact objects from
@@ -142,50 +187,35 @@ func manifestOf(u *unstructured.Unstructured) ([]byte, error) {
 // them to the informer, then never hold 10,000 full objects at once.
 func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, render Render) cache.SharedIndexInformer {
 	res := client.Resource(gvr).Namespace(namespace)
-	transform := compactTransform(render)
-	compactList := func(obj runtime.Object, err error) (runtime.Object, error) {
+	c := &compactor{render: render}
+	list := func(obj runtime.Object, err error) (runtime.Object, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l, ok := obj.(*unstructured.UnstructuredList); ok {
-			for i := range l.Items {
-				c, _ := transform(&l.Items[i]) // never fails: a render error is kept in the object
-				l.Items[i] = *c.(*unstructured.Unstructured)
-			}
-		}
-		return obj, nil
+		return c.compactList(obj)
 	}
-	compactWatch := func(w watch.Interface, err error) (watch.Interface, error) {
+	watchCompact := func(w watch.Interface, err error) (watch.Interface, error) {
 		if err != nil {
 			return nil, err
 		}
-		return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-			if e.Type == watch.Bookmark || e.Type == watch.Error {
-				return e, true // a bookmark's annotations tell the reflector where the initial events end
-			}
-			if u, ok := e.Object.(*unstructured.Unstructured); ok {
-				c, _ := transform(u)
-				e.Object = c.(*unstructured.Unstructured)
-			}
-			return e, true
-		}), nil
+		return watch.Filter(w, func(e watch.Event) (watch.Event, bool) { return c.compactEvent(e), true }), nil
 	}
 	lw := &cache.ListWatch{
 		ListFunc: func(options metav1.ListOptions) (runtime.Object, error) {
-			return compactList(res.List(context.Background(), paged(options)))
+			return list(res.List(context.Background(), paged(options)))
 		},
 		WatchFunc: func(options metav1.ListOptions) (watch.Interface, error) {
-			return compactWatch(res.Watch(context.Background(), options))
+			return watchCompact(res.Watch(context.Background(), options))
 		},
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			return compactList(res.List(ctx, paged(options)))
+			return list(res.List(ctx, paged(options)))
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			return compactWatch(res.Watch(ctx, options))
+			return watchCompact(res.Watch(ctx, options))
 		},
 	}
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
-		&unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
+		&compactObject{}, cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
 }
 
 // listPageSize is the page size of the lists paged makes: client-go's pager default.

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 )
 
@@ -44,7 +46,8 @@ func TestNewestManagersExcluded(t *testing.T) {
 		{"a tie of excluded managers excludes", managed(entry("argocd-controller", 2, ""), entry("kustomize-controller", 2, "")), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, newestManagersExcluded(tt.u, excl))
+			c := &compactor{render: renderData}
+			require.Equal(t, tt.want, newestManagersExcluded(c.compact(tt.u).managers(), excl))
 		})
 	}
 }
@@ -94,48 +97,91 @@ func TestCompactTransform(t *testing.T) {
 	u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("admin", 1, ""), entry("kubectl", 3, ""),
 		entry("kubelet", 4, "status"), entry("helm", 3, "")})
 	u.SetLabels(map[string]string{"app": "x"})
-	out, err := compactTransform(renderData)(u)
-	require.NoError(t, err)
-	c := out.(*unstructured.Unstructured)
+	c := (&compactor{render: renderData}).compact(u)
 	require.Equal(t, "cfg", c.GetName())
 	require.Equal(t, "demo", c.GetNamespace())
 	require.Equal(t, types.UID("uid-cfg"), c.GetUID())
 	require.Equal(t, "7", c.GetResourceVersion())
-	require.Nil(t, c.Object["data"])
+	require.Equal(t, "v1", c.APIVersion)
+	require.Equal(t, "ConfigMap", c.Kind)
 	require.Nil(t, c.GetLabels())
 	require.Nil(t, c.GetManagedFields(), "only the newest writers are kept")
-	require.Equal(t, []string{"kubectl", "helm"}, newestManagers(c))
-	require.True(t, newestManagersExcluded(c, []string{"kubectl", "helm"}))
-	require.False(t, newestManagersExcluded(c, []string{"kubectl"}))
+	require.Nil(t, c.GetDeletionTimestamp())
+	require.Equal(t, []string{"kubectl", "helm"}, c.managers())
+	require.True(t, newestManagersExcluded(c.managers(), []string{"kubectl", "helm"}))
+	require.False(t, newestManagersExcluded(c.managers(), []string{"kubectl"}))
 	manifest, err := manifestOf(c)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":"1"}`, string(manifest))
-	again, err := compactTransform(renderData)(c)
+
+	copied := c.DeepCopyObject().(*compactObject)
+	require.Equal(t, c, copied)
+	require.NotSame(t, c, copied)
+
+	now := metav1.Now()
+	u.SetDeletionTimestamp(&now)
+	require.True(t, terminating((&compactor{render: renderData}).compact(u)))
+}
+
+// A render error travels in the compact object and is returned where the manifest would be.
+func TestCompactTransformKeepsRenderError(t *testing.T) {
+	c := (&compactor{render: func(*unstructured.Unstructured) ([]byte, error) { return nil, errors.New("no form") }}).
+		compact(configMap("cfg", "7", nil))
+	_, err := manifestOf(c)
+	require.EqualError(t, err, "no form")
+	require.Equal(t, "cfg", c.GetName())
+	require.Equal(t, "7", c.GetResourceVersion())
+}
+
+// A list page becomes a compactList with the list's metadata; a bookmark keeps its version and
+// annotations, which tell the reflector where a watch-list's initial events end.
+func TestCompactListAndBookmark(t *testing.T) {
+	c := &compactor{render: renderData}
+	l := &unstructured.UnstructuredList{Items: []unstructured.Unstructured{*configMap("a", "3", nil), *configMap("b", "4", nil)}}
+	l.SetResourceVersion("9")
+	l.SetContinue("next")
+	out, err := c.compactList(l)
 	require.NoError(t, err)
-	require.Same(t, c, again, "a compact object is kept as is")
+	cl := out.(*compactList)
+	require.Equal(t, "9", cl.GetResourceVersion())
+	require.Equal(t, "next", cl.GetContinue())
+	require.Len(t, cl.Items, 2)
+	require.Equal(t, "b", cl.Items[1].GetName())
+	_, err = c.compactList(&metav1.Status{})
+	require.Error(t, err)
+
+	bm := &unstructured.Unstructured{}
+	bm.SetAPIVersion("v1")
+	bm.SetKind("ConfigMap")
+	bm.SetResourceVersion("12")
+	bm.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	e := c.compactEvent(watch.Event{Type: watch.Bookmark, Object: bm})
+	o := e.Object.(*compactObject)
+	require.Equal(t, "12", o.GetResourceVersion())
+	require.Equal(t, "true", o.GetAnnotations()[metav1.InitialEventsAnnotationKey])
+	status := &metav1.Status{Message: "gone"}
+	require.Same(t, status, c.compactEvent(watch.Event{Type: watch.Error, Object: status}).Object)
 }
 
 // Values many compact objects share are stored once per informer: objects of one namespace,
 // kind and writers hold the same strings, not copies of the decoded ones.
 func TestCompactTransformInterns(t *testing.T) {
-	transform := compactTransform(renderData)
-	var outs []*unstructured.Unstructured
+	c := &compactor{render: renderData}
+	var outs []*compactObject
 	for i := range 3 {
 		u := configMap(fmt.Sprintf("cfg-%d", i), "7", map[string]any{"a": "1"})
 		u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 3, "")})
-		out, err := transform(u)
-		require.NoError(t, err)
-		outs = append(outs, out.(*unstructured.Unstructured))
+		outs = append(outs, c.compact(u))
 	}
-	same := func(get func(*unstructured.Unstructured) string) {
+	same := func(get func(*compactObject) string) {
 		t.Helper()
 		a, b := get(outs[0]), get(outs[2])
 		require.Equal(t, a, b)
 		require.Equal(t, unsafe.StringData(a), unsafe.StringData(b), "one string for every object")
 	}
-	same((*unstructured.Unstructured).GetNamespace)
-	same((*unstructured.Unstructured).GetKind)
-	same((*unstructured.Unstructured).GetAPIVersion)
-	same(func(u *unstructured.Unstructured) string { return u.Object[writersKey].(string) })
+	same((*compactObject).GetNamespace)
+	same(func(o *compactObject) string { return o.Kind })
+	same(func(o *compactObject) string { return o.APIVersion })
+	same(func(o *compactObject) string { return o.writers })
 	require.NotEqual(t, outs[0].GetName(), outs[2].GetName())
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -101,8 +100,8 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	s.registration, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) { s.onUpsert(obj, nil, OpCreate, isInInitialList) },
 		UpdateFunc: func(oldObj, newObj any) {
-			o, _ := oldObj.(*unstructured.Unstructured)
-			if n, ok := newObj.(*unstructured.Unstructured); ok && o != nil && o.GetResourceVersion() == n.GetResourceVersion() {
+			o, _ := oldObj.(*compactObject)
+			if n, ok := newObj.(*compactObject); ok && o != nil && o.GetResourceVersion() == n.GetResourceVersion() {
 				return
 			}
 			s.onUpsert(newObj, o, OpUpdate, false)
@@ -212,7 +211,7 @@ func (s *sharedInformer) streamID(target types.NamespacedName, destination strin
 // subscriber as they are delivered, and the run goroutine finishes its initial state.
 func (s *sharedInformer) primeLocked(sub *subscription) {
 	for _, obj := range s.informer.GetStore().List() {
-		u, ok := obj.(*unstructured.Unstructured)
+		u, ok := obj.(*compactObject)
 		if !ok {
 			continue
 		}
@@ -231,7 +230,7 @@ func (s *sharedInformer) primeLocked(sub *subscription) {
 // initialLocked hands sub one object of its initial state: nothing when its cursor shows the
 // folder already holds this very version, else a snapshot change, marked Resumed when the
 // cursor shows it changed (or appeared) while nothing watched.
-func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstructured, manifest []byte, sum [32]byte) {
+func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, manifest []byte, sum [32]byte) {
 	field := objectField(u.GetNamespace(), u.GetName())
 	if sub.listed != nil {
 		sub.listed[field] = true
@@ -259,20 +258,19 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *unstructured.Unstru
 
 // excludedLocked reports whether u's last write is one sub does not mirror, by its field
 // manager, and counts it.
-func (s *sharedInformer) excludedLocked(sub *subscription, u *unstructured.Unstructured) bool {
-	if len(sub.excludeFieldManagers) == 0 || !newestManagersExcluded(u, sub.excludeFieldManagers) {
+func (s *sharedInformer) excludedLocked(sub *subscription, u *compactObject) bool {
+	if len(sub.excludeFieldManagers) == 0 || !newestManagersExcluded(u.managers(), sub.excludeFieldManagers) {
 		return false
 	}
 	s.metrics.Excluded(sub.target, s.key.gvr, ReasonFieldManager)
 	return true
 }
 
-// newestManagersExcluded reports whether the field managers of u's newest write (ignoring
-// status writes) all are excluded ones. Several managers at the newest time (managedFields
+// newestManagersExcluded reports whether the field managers of an object's newest write
+// (ignoring status writes: compactObject.managers) all are excluded ones. Several managers at the newest time (managedFields
 // times have a one-second resolution) exclude the write only when every one of them is
 // excluded. An object without managedFields is never excluded.
-func newestManagersExcluded(u *unstructured.Unstructured, excluded []string) bool {
-	managers := newestManagers(u)
+func newestManagersExcluded(managers, excluded []string) bool {
 	if len(managers) == 0 {
 		return false
 	}
@@ -337,14 +335,10 @@ func (s *sharedInformer) status(target types.NamespacedName) (synced bool, err e
 }
 
 // terminating reports whether a compact object carries a deletionTimestamp.
-func terminating(u *unstructured.Unstructured) bool {
-	md, _ := u.Object["metadata"].(map[string]any)
-	_, ok := md["deletionTimestamp"]
-	return ok
-}
+func terminating(u *compactObject) bool { return u.DeletionTimestamp != nil }
 
 // trackLocked records u's version, and the version before its deletionTimestamp appeared.
-func (s *sharedInformer) trackLocked(u, old *unstructured.Unstructured) {
+func (s *sharedInformer) trackLocked(u, old *compactObject) {
 	uid := u.GetUID()
 	s.versions[uid] = u.GetResourceVersion()
 	if old != nil && terminating(u) && !terminating(old) {
@@ -354,8 +348,8 @@ func (s *sharedInformer) trackLocked(u, old *unstructured.Unstructured) {
 	}
 }
 
-func (s *sharedInformer) onUpsert(obj any, old *unstructured.Unstructured, op Op, initial bool) {
-	u, ok := obj.(*unstructured.Unstructured)
+func (s *sharedInformer) onUpsert(obj any, old *compactObject, op Op, initial bool) {
+	u, ok := obj.(*compactObject)
 	if !ok {
 		return
 	}
@@ -404,7 +398,7 @@ func (s *sharedInformer) onDelete(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	u, ok := obj.(*compactObject)
 	if !ok {
 		return
 	}
@@ -426,7 +420,7 @@ func (s *sharedInformer) onDelete(obj any) {
 }
 
 // change describes an operation on u as a Change for sub's target, without a manifest.
-func (s *sharedInformer) change(sub *subscription, u *unstructured.Unstructured, op Op) Change {
+func (s *sharedInformer) change(sub *subscription, u *compactObject, op Op) Change {
 	return Change{
 		ExcludeUsers:    sub.excludeUsers,
 		Destination:     sub.destination,
