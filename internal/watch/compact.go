@@ -30,7 +30,7 @@ import (
 // Every allocation of a compact object stays in the heap as long as the object, and a stream
 // replaces the objects one at a time, leaving the heap's pages partly used. So a compact object
 // is a struct, not maps, made of three allocations: the struct, its uid, and one string holding
-// its manifest, name and resourceVersion. Values that many objects share (apiVersion, kind,
+// its name and resourceVersion; its manifest is packed with others (arena.go). Values that many objects share (apiVersion, kind,
 // namespace, the writers) are stored once per informer (interned).
 type compactObject struct {
 	metav1.TypeMeta
@@ -98,6 +98,7 @@ func (in *interner) intern(s string) string {
 type compactor struct {
 	render Render
 	in     interner
+	arena  manifestArena
 }
 
 func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
@@ -122,9 +123,9 @@ func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
 		manifest = nil
 	}
 	name, rv := u.GetName(), u.GetResourceVersion()
-	all := string(manifest) + name + rv // one allocation
-	m, n := len(manifest), len(name)
-	o.manifest, o.Name, o.ResourceVersion = all[:m], all[m:m+n], all[m+n:]
+	both := name + rv // one allocation
+	o.Name, o.ResourceVersion = both[:len(name)], both[len(name):]
+	o.manifest = c.arena.add(manifest)
 	return o
 }
 
@@ -185,9 +186,8 @@ func manifestOf(o *compactObject) ([]byte, error) {
 // the source on: list items and watch events are compacted as they arrive, before the reflector
 // keeps them. A watch-list's initial events, which client-go's reflector gathers before it hands
 // them to the informer, then never hold 10,000 full objects at once.
-func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, render Render) cache.SharedIndexInformer {
+func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, c *compactor) cache.SharedIndexInformer {
 	res := client.Resource(gvr).Namespace(namespace)
-	c := &compactor{render: render}
 	list := func(obj runtime.Object, err error) (runtime.Object, error) {
 		if err != nil {
 			return nil, err

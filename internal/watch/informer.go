@@ -57,6 +57,7 @@ type sharedInformer struct {
 	metrics *Metrics
 	log     *slog.Logger
 
+	compactor    *compactor // its arena holds the manifests of the informer's objects
 	informer     cache.SharedIndexInformer
 	registration cache.ResourceEventHandlerRegistration
 	cursors      cursorSource // nil: no resume
@@ -92,7 +93,9 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	}
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
-	s.informer = newCompactInformer(client, key.gvr, key.namespace, opts.Render)
+	s.compactor = &compactor{render: opts.Render}
+	s.compactor.arena.idle = s.repackIfWasteful
+	s.informer = newCompactInformer(client, key.gvr, key.namespace, s.compactor)
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		s.setErr(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -135,6 +138,27 @@ func (s *sharedInformer) run(parent context.Context) {
 func (s *sharedInformer) stop() {
 	s.cancel()
 	<-s.done
+	s.compactor.arena.stop()
+}
+
+// repackIfWasteful copies the manifests of the objects the informer holds into fresh chunks
+// when its arena holds much more than them (objects were replaced or deleted since).
+func (s *sharedInformer) repackIfWasteful() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs := s.informer.GetStore().List()
+	ms := make([]*string, 0, len(objs))
+	live := 0
+	for _, obj := range objs {
+		if o, ok := obj.(*compactObject); ok {
+			ms = append(ms, &o.manifest)
+			live += len(o.manifest)
+		}
+	}
+	if s.compactor.arena.wasteful(live) {
+		s.compactor.arena.repack(ms)
+		s.metrics.repacked(s.cluster, s.key.gvr)
+	}
 }
 
 func (s *sharedInformer) setErr(err error) {
@@ -354,18 +378,15 @@ func (s *sharedInformer) onUpsert(obj any, old *compactObject, op Op, initial bo
 		return
 	}
 	s.metrics.observed(s.cluster, s.key.gvr, op)
+	s.mu.Lock() // a manifest is read under mu: repackLocked moves it
+	defer s.mu.Unlock()
+	s.trackLocked(u, old)
 	manifest, err := manifestOf(u)
 	if err != nil {
-		s.mu.Lock()
-		s.trackLocked(u, old)
-		s.mu.Unlock()
 		s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
 		return
 	}
 	sum := sha256.Sum256(manifest)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.trackLocked(u, old)
 	base := ""
 	if old != nil {
 		base = old.GetResourceVersion()

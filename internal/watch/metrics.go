@@ -14,6 +14,7 @@ type Metrics struct {
 	excludes  *prometheus.CounterVec
 	refreshes *prometheus.CounterVec
 	triggers  *prometheus.GaugeVec
+	repacks   *prometheus.CounterVec
 }
 
 // NewMetrics creates the watch metrics and registers them with reg.
@@ -40,6 +41,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_watch_discovery_triggers",
 			Help: "1 while changes of the resource (customresourcedefinitions.apiextensions.k8s.io, apiservices.apiregistration.k8s.io) trigger a discovery refresh in the cluster, 0 while the cluster does not serve it with list and watch.",
 		}, []string{"cluster", "resource"}),
+		repacks: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_manifest_repacks_total",
+			Help: "Times an informer, idle after its objects changed, copied the declared forms it holds into fresh memory so that the superseded ones could be freed, by cluster and resource.",
+		}, []string{"cluster", "resource"}),
+	}
+}
+
+func (m *Metrics) repacked(cluster string, gvr schema.GroupVersionResource) {
+	if m != nil {
+		m.repacks.WithLabelValues(cluster, resourceLabel(gvr)).Inc()
 	}
 }
 
