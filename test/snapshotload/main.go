@@ -60,6 +60,7 @@ const ns = "snapload"
 
 type config struct {
 	objects, changes     int
+	rounds               int
 	createConcurrency    int
 	patchConcurrency     int
 	window               time.Duration
@@ -76,6 +77,7 @@ func main() {
 	var c config
 	flag.IntVar(&c.objects, "objects", 10000, "ConfigMaps in the snapshot")
 	flag.IntVar(&c.changes, "changes", 10000, "further changes (patches by alice and bob in turn) after the snapshot; 0 skips the phase")
+	flag.IntVar(&c.rounds, "rounds", 1, "rounds of further changes, each followed by the idle time: later rounds tell growth with the history from what the first round's work leaves")
 	flag.IntVar(&c.createConcurrency, "create-concurrency", 16, "concurrent creates")
 	flag.IntVar(&c.patchConcurrency, "patch-concurrency", 1, "concurrent patches (above 1, consecutive patches of one author may share a commit)")
 	flag.DurationVar(&c.window, "commit-window", 5*time.Millisecond, "the GitProvider's commitWindow")
@@ -226,30 +228,36 @@ func run(c config) (err error) {
 	logf("after %s idle: %s", c.idle, res.snapshotIdle)
 	res.snapshotIdleTop = mon.idleProfile()
 
-	// Phase 2: further changes by alice and bob in turn.
-	if c.changes > 0 {
+	// Phase 2: further changes by alice and bob in turn, in rounds.
+	for round := 0; c.changes > 0 && round < max(c.rounds, 1); round++ {
 		base := strings.TrimSpace(gitOut(repoDir, "rev-parse", "main"))
 		mon.resetPeak("changes")
 		began = time.Now()
-		if err := patchConfigMaps(ctx, []*rest.Config{s.UserConfig("alice"), s.UserConfig("bob")}, c.objects, c.changes, c.patchConcurrency); err != nil {
+		if err := patchConfigMaps(ctx, []*rest.Config{s.UserConfig("alice"), s.UserConfig("bob")}, c.objects, round*c.changes, c.changes, c.patchConcurrency); err != nil {
 			return err
 		}
-		res.patchWall = time.Since(began)
-		logf("%d patches made in %s", c.changes, res.patchWall.Round(time.Millisecond))
+		patchWall := time.Since(began)
+		logf("round %d: %d patches made in %s", round+1, c.changes, patchWall.Round(time.Millisecond))
 		if err := waitFor(ctx, c.changesTimeout, 2*time.Second, func() (bool, string) {
 			n := countUpdates(repoDir, base)
 			return n >= c.changes, fmt.Sprintf("%d of %d changes pushed, %d commits", n, c.changes, len(gitLines(repoDir, "rev-list", base+"..main")))
 		}); err != nil {
 			return fmt.Errorf("changes: %w", err)
 		}
-		res.changesWall = time.Since(began)
-		res.changeCommits = len(gitLines(repoDir, "rev-list", base+"..main"))
-		res.changesEnd = mon.read()
-		res.changesHeapTop = mon.peakProfile()
-		logf("changes pushed in %s (%d commits): %s", res.changesWall.Round(time.Millisecond), res.changeCommits, res.changesEnd)
-		res.changesIdle = mon.settle(ctx, c.idle)
-		logf("after %s idle: %s", c.idle, res.changesIdle)
-		res.changesIdleTop = mon.idleProfile()
+		r := roundResult{wall: time.Since(began), commits: len(gitLines(repoDir, "rev-list", base+"..main")), end: mon.read()}
+		logf("changes pushed in %s (%d commits): %s", r.wall.Round(time.Millisecond), r.commits, r.end)
+		if round == 0 {
+			res.patchWall, res.changesWall, res.changeCommits, res.changesEnd = patchWall, r.wall, r.commits, r.end
+			res.changesHeapTop = mon.peakProfile()
+		}
+		r.idle = mon.settle(ctx, c.idle)
+		logf("after %s idle: %s", c.idle, r.idle)
+		if round == 0 {
+			res.changesIdle = r.idle
+			res.changesIdleTop = mon.idleProfile()
+		} else {
+			res.later = append(res.later, r)
+		}
 	}
 	res.print(c)
 	return nil
@@ -460,8 +468,8 @@ func createConfigMaps(ctx context.Context, cfg *rest.Config, n, workers int) err
 }
 
 // patchConfigMaps makes n patches, patch i as the user of cfgs[i mod len(cfgs)], changing
-// ConfigMap i mod objects.
-func patchConfigMaps(ctx context.Context, cfgs []*rest.Config, objects, n, workers int) error {
+// ConfigMap i mod objects to hold first+i.
+func patchConfigMaps(ctx context.Context, cfgs []*rest.Config, objects, first, n, workers int) error {
 	var kubes []kubernetes.Interface
 	for _, cfg := range cfgs {
 		kube, err := kubernetes.NewForConfig(fastConfig(cfg))
@@ -471,7 +479,7 @@ func patchConfigMaps(ctx context.Context, cfgs []*rest.Config, objects, n, worke
 		kubes = append(kubes, kube)
 	}
 	return parallel(ctx, n, workers, func(i int) error {
-		patch := fmt.Sprintf(`{"data":{"changed":"%d"}}`, i)
+		patch := fmt.Sprintf(`{"data":{"changed":"%d"}}`, first+i)
 		_, err := kubes[i%len(kubes)].CoreV1().ConfigMaps(ns).Patch(ctx, cmName(i%objects), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	})
@@ -672,7 +680,30 @@ func (m *monitor) idleProfile() string {
 	if err := fetch("http://"+m.pprofAddr+"/debug/pprof/heap", path); err != nil {
 		return fmt.Sprintf("%s: %v", path, err)
 	}
-	return profileTop(path)
+	// The text form ends with the runtime's MemStats: heap in use against heap allocated
+	// tells fragmentation from live data.
+	text := strings.TrimSuffix(path, ".pb.gz") + ".txt"
+	if err := fetch("http://"+m.pprofAddr+"/debug/pprof/heap?debug=1", text); err != nil {
+		return fmt.Sprintf("%s: %v", text, err)
+	}
+	return profileTop(path) + memStats(text)
+}
+
+// memStats returns the heap's lines of the MemStats a text heap profile ends with.
+func memStats(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var out strings.Builder
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"# HeapAlloc", "# HeapInuse", "# HeapIdle", "# HeapReleased", "# Stack", "# MSpan", "# GCSys", "# OtherSys", "# NumGC"} {
+			if strings.HasPrefix(l, k) {
+				out.WriteString(l + "\n")
+			}
+		}
+	}
+	return out.String()
 }
 
 func profileTop(path string) string {
@@ -727,6 +758,14 @@ type results struct {
 	snapshotEnd, snapshotIdle, changesEnd, changesIdle sample
 	snapshotHeapTop, changesHeapTop                    string
 	snapshotIdleTop, changesIdleTop                    string
+	later                                              []roundResult // rounds after the first
+}
+
+// roundResult is one round of further changes.
+type roundResult struct {
+	wall      time.Duration
+	commits   int
+	end, idle sample
 }
 
 func (r results) print(c config) {
@@ -746,6 +785,10 @@ func (r results) print(c config) {
 	if c.changes > 0 {
 		row(fmt.Sprintf("%d changes pushed (%d commits)", c.changes, r.changeCommits), r.changesWall, r.changesEnd)
 		row(fmt.Sprintf("  after %s idle", c.idle), 0, r.changesIdle)
+		for i, l := range r.later {
+			row(fmt.Sprintf("round %d: %d changes pushed (%d commits)", i+2, c.changes, l.commits), l.wall, l.end)
+			row(fmt.Sprintf("  after %s idle", c.idle), 0, l.idle)
+		}
 		fmt.Printf("(patches made in %s; VmHWM is reset before each phase, so it is that phase's peak)\n", r.patchWall.Round(10*time.Millisecond))
 	}
 	after := "not measured"
