@@ -30,8 +30,9 @@ import (
 // Every allocation of a compact object stays in the heap as long as the object, and a stream
 // replaces the objects one at a time, leaving the heap's pages partly used. So a compact object
 // is a struct, not maps, made of three allocations: the struct, its uid, and one string holding
-// its name and resourceVersion; its manifest is packed with others (arena.go). Values that many objects share (apiVersion, kind,
-// namespace, the writers) are stored once per informer (interned).
+// its name and resourceVersion; its manifest is packed with others' (arena.go). Values that
+// many objects share (apiVersion, kind, namespace, the writers) are stored once per informer
+// (interned).
 type compactObject struct {
 	metav1.TypeMeta
 	// ObjectMeta holds the name, namespace, uid, resourceVersion and deletionTimestamp; a
