@@ -225,8 +225,8 @@ func run(c config) (err error) {
 	res.snapshotHeapTop = mon.peakProfile()
 	logf("snapshot pushed in %s (%d commits): %s", res.snapshotWall.Round(time.Millisecond), res.snapshotCommits, res.snapshotEnd)
 	res.snapshotIdle = mon.settle(ctx, c.idle)
-	logf("after %s idle: %s", c.idle, res.snapshotIdle)
-	res.snapshotIdleTop = mon.idleProfile()
+	logf("after %s idle: %s; %s", c.idle, res.snapshotIdle, runtimeMemory(s.OpsURL))
+	res.snapshotIdleTop = mon.idleProfile("snapshot")
 
 	// Phase 2: further changes by alice and bob in turn, in rounds.
 	for round := 0; c.changes > 0 && round < max(c.rounds, 1); round++ {
@@ -251,11 +251,12 @@ func run(c config) (err error) {
 			res.changesHeapTop = mon.peakProfile()
 		}
 		r.idle = mon.settle(ctx, c.idle)
-		logf("after %s idle: %s", c.idle, r.idle)
+		logf("after %s idle: %s; %s", c.idle, r.idle, runtimeMemory(s.OpsURL))
 		if round == 0 {
 			res.changesIdle = r.idle
-			res.changesIdleTop = mon.idleProfile()
+			res.changesIdleTop = mon.idleProfile("changes")
 		} else {
+			r.idleTop = mon.idleProfile(fmt.Sprintf("round%d", round+1))
 			res.later = append(res.later, r)
 		}
 	}
@@ -590,6 +591,39 @@ func (s sample) String() string {
 
 func mib(kib int) float64 { return float64(kib) / 1024 }
 
+// runtimeMemory reads the Go runtime's memory from the server's /metrics, read right after
+// the resident set: heap in spans that hold an object, heap allocated (live, or garbage not
+// collected yet), stacks, and the runtime's own structures (GC metadata, spans, profiling
+// buckets, other). Unlike a heap profile it allocates next to nothing in the server.
+func runtimeMemory(opsURL string) string {
+	resp, err := http.Get(opsURL + "/metrics")
+	if err != nil {
+		return fmt.Sprintf("runtime memory: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Sprintf("runtime memory: %v", err)
+	}
+	v := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(l, " ")
+		if ok && strings.HasPrefix(name, "go_memstats_") {
+			v[strings.TrimPrefix(name, "go_memstats_")], _ = strconv.ParseFloat(value, 64)
+		}
+	}
+	mb := func(names ...string) float64 {
+		sum := 0.0
+		for _, n := range names {
+			sum += v[n]
+		}
+		return sum / (1 << 20)
+	}
+	return fmt.Sprintf("Go heap in use %.1f MiB, allocated %.1f, stacks %.1f, runtime %.1f",
+		mb("heap_inuse_bytes"), mb("heap_alloc_bytes"), mb("stack_inuse_bytes"),
+		mb("mspan_inuse_bytes", "mcache_inuse_bytes", "gc_sys_bytes", "other_sys_bytes", "buck_hash_sys_bytes"))
+}
+
 // monitor samples the server's /proc status every 100ms; with a pprof address it saves the
 // heap profile whenever the resident set reaches a new high.
 type monitor struct {
@@ -669,14 +703,13 @@ func (m *monitor) peakProfile() string {
 	return profileTop(path)
 }
 
-// idleProfile takes a heap profile now and returns its top ("" without -pprof).
-func (m *monitor) idleProfile() string {
+// idleProfile takes a heap profile now, saved as heap-<name>-idle, and returns its top (""
+// without -pprof).
+func (m *monitor) idleProfile(name string) string {
 	if m.pprofAddr == "" {
 		return ""
 	}
-	m.mu.Lock()
-	path := filepath.Join(m.dir, fmt.Sprintf("heap-%s-idle.pb.gz", m.phase))
-	m.mu.Unlock()
+	path := filepath.Join(m.dir, fmt.Sprintf("heap-%s-idle.pb.gz", name))
 	if err := fetch("http://"+m.pprofAddr+"/debug/pprof/heap", path); err != nil {
 		return fmt.Sprintf("%s: %v", path, err)
 	}
@@ -766,6 +799,7 @@ type roundResult struct {
 	wall      time.Duration
 	commits   int
 	end, idle sample
+	idleTop   string // with -pprof, the heap profile after the idle time
 }
 
 func (r results) print(c config) {
@@ -805,6 +839,11 @@ func (r results) print(c config) {
 	} {
 		if p.top != "" {
 			fmt.Printf("\nheap profile %s: %s\n", p.name, p.top)
+		}
+	}
+	for i, l := range r.later {
+		if l.idleTop != "" {
+			fmt.Printf("\nheap profile after round %d and the idle time: %s\n", i+2, l.idleTop)
 		}
 	}
 }
