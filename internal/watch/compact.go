@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"unsafe"
@@ -28,30 +29,99 @@ import (
 //	the field managers of the newest write, the rendered manifest (or the render error).
 //
 // Every allocation of a compact object stays in the heap as long as the object, and a stream
-// replaces the objects one at a time, leaving the heap's pages partly used. So a compact object
-// is a struct, not maps, made of three allocations: the struct, its uid, and one string holding
-// its name and resourceVersion; its manifest is packed with others' (arena.go). Values that
-// many objects share (apiVersion, kind, namespace, the writers) are stored once per informer
-// (interned).
+// replaces the objects one at a time, among the garbage of decoding its events: a small
+// allocation that outlives its neighbours keeps their page of the heap in use. So a compact
+// object is a single allocation of 256 bytes: a struct with only the fields a stream reads,
+// rather than maps or the 232-byte ObjectMeta, whose uid, name and resourceVersion are stored
+// in the struct itself when they fit (compactIdentityBytes; one more allocation when they do
+// not); its manifest is packed with others' (arena.go). Values that many objects share
+// (apiVersion, kind, namespace, the writers) are stored once per informer (interned).
+// It implements metav1.Object, which client-go's store and reflector read; setters of fields
+// it does not keep do nothing.
 type compactObject struct {
 	metav1.TypeMeta
-	// ObjectMeta holds the name, namespace, uid, resourceVersion and deletionTimestamp; a
-	// bookmark's, its resourceVersion and annotations.
-	metav1.ObjectMeta
+	Name, Namespace string
+	UID             types.UID
+	ResourceVersion string
+	// DeletionTimestamp is set while the object is being deleted.
+	DeletionTimestamp *metav1.Time
+	// Annotations are only a bookmark's (the reflector reads the end of a watch-list's
+	// initial events there).
+	Annotations map[string]string
 	// writers are the field managers of the newest write, joined by writersSep.
 	writers string
 	// manifest is the declared form, unless rendering it failed with renderError.
 	manifest, renderError string
+	// identity holds UID, Name and ResourceVersion when they fit.
+	identity [compactIdentityBytes]byte
 }
+
+// compactIdentityBytes is the room in a compact object for its uid (36 bytes), name and
+// resourceVersion: names up to about 50 bytes fit, and the struct is 256 bytes, a size class
+// of Go's allocator.
+const compactIdentityBytes = 96
 
 // writersSep joins a compact object's writers: no manager name contains it.
 const writersSep = "\x00"
 
+// setIdentity stores uid, name and resourceVersion in one piece of memory: the object's own
+// when they fit.
+func (o *compactObject) setIdentity(uid, name, rv string) {
+	n := len(uid) + len(name) + len(rv)
+	var b []byte
+	if n <= len(o.identity) {
+		b = o.identity[:0:n]
+	} else {
+		b = make([]byte, 0, n)
+	}
+	b = append(append(append(b, uid...), name...), rv...)
+	all := unsafe.String(unsafe.SliceData(b), n) // never written again
+	o.UID = types.UID(all[:len(uid)])
+	o.Name, o.ResourceVersion = all[len(uid):len(uid)+len(name)], all[len(uid)+len(name):]
+}
+
 func (o *compactObject) DeepCopyObject() runtime.Object {
-	c := *o
-	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c := *o // the strings stay views of o's identity, which they keep alive
+	if o.DeletionTimestamp != nil {
+		t := *o.DeletionTimestamp
+		c.DeletionTimestamp = &t
+	}
+	c.Annotations = maps.Clone(o.Annotations)
 	return &c
 }
+
+// The metav1.Object of a compact object.
+
+func (o *compactObject) GetNamespace() string                          { return o.Namespace }
+func (o *compactObject) SetNamespace(namespace string)                 { o.Namespace = namespace }
+func (o *compactObject) GetName() string                               { return o.Name }
+func (o *compactObject) SetName(name string)                           { o.Name = name }
+func (o *compactObject) GetGenerateName() string                       { return "" }
+func (o *compactObject) SetGenerateName(string)                        {}
+func (o *compactObject) GetUID() types.UID                             { return o.UID }
+func (o *compactObject) SetUID(uid types.UID)                          { o.UID = uid }
+func (o *compactObject) GetResourceVersion() string                    { return o.ResourceVersion }
+func (o *compactObject) SetResourceVersion(version string)             { o.ResourceVersion = version }
+func (o *compactObject) GetGeneration() int64                          { return 0 }
+func (o *compactObject) SetGeneration(int64)                           {}
+func (o *compactObject) GetSelfLink() string                           { return "" }
+func (o *compactObject) SetSelfLink(string)                            {}
+func (o *compactObject) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
+func (o *compactObject) SetCreationTimestamp(metav1.Time)              {}
+func (o *compactObject) GetDeletionTimestamp() *metav1.Time            { return o.DeletionTimestamp }
+func (o *compactObject) SetDeletionTimestamp(t *metav1.Time)           { o.DeletionTimestamp = t }
+func (o *compactObject) GetDeletionGracePeriodSeconds() *int64         { return nil }
+func (o *compactObject) SetDeletionGracePeriodSeconds(*int64)          {}
+func (o *compactObject) GetLabels() map[string]string                  { return nil }
+func (o *compactObject) SetLabels(map[string]string)                   {}
+func (o *compactObject) GetAnnotations() map[string]string             { return o.Annotations }
+func (o *compactObject) SetAnnotations(a map[string]string)            { o.Annotations = a }
+func (o *compactObject) GetFinalizers() []string                       { return nil }
+func (o *compactObject) SetFinalizers([]string)                        {}
+func (o *compactObject) GetOwnerReferences() []metav1.OwnerReference   { return nil }
+func (o *compactObject) SetOwnerReferences([]metav1.OwnerReference)    {}
+func (o *compactObject) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+func (o *compactObject) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
 // compactList is a page of a list, compacted.
 type compactList struct {
@@ -107,7 +177,6 @@ func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
 	if ns := u.GetNamespace(); ns != "" {
 		o.Namespace = c.in.intern(ns)
 	}
-	o.UID = types.UID(strings.Clone(string(u.GetUID())))
 	if dt := u.GetDeletionTimestamp(); dt != nil {
 		o.DeletionTimestamp = dt // held in deletion: the join needs the version before it
 	}
@@ -123,9 +192,7 @@ func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
 		o.renderError = err.Error()
 		manifest = nil
 	}
-	name, rv := u.GetName(), u.GetResourceVersion()
-	both := name + rv // one allocation
-	o.Name, o.ResourceVersion = both[:len(name)], both[len(name):]
+	o.setIdentity(string(u.GetUID()), u.GetName(), u.GetResourceVersion())
 	o.manifest = c.arena.add(manifest)
 	return o
 }

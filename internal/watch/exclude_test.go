@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -121,6 +122,44 @@ func TestCompactTransform(t *testing.T) {
 	now := metav1.Now()
 	u.SetDeletionTimestamp(&now)
 	require.True(t, terminating((&compactor{render: renderData}).compact(u)))
+}
+
+// A compact object is one allocation of one size class, its identity inside it; a name too
+// long for that room still comes back whole.
+func TestCompactObjectIsOneAllocation(t *testing.T) {
+	var _ metav1.Object = &compactObject{} // what client-go's store and reflector read
+	require.EqualValues(t, 256, unsafe.Sizeof(compactObject{}))
+
+	c := &compactor{render: renderData}
+	u := configMap("cfg", "123456789", map[string]any{"a": "1"})
+	u.SetUID("0d4c3a4e-6a8e-4c47-9d8c-6f3e2d1b0a99")
+	o := c.compact(u)
+	inside := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		start := uintptr(unsafe.Pointer(&o.identity[0]))
+		return p >= start && p+uintptr(len(s)) <= start+compactIdentityBytes
+	}
+	require.True(t, inside(string(o.UID)) && inside(o.Name) && inside(o.ResourceVersion))
+	require.Equal(t, types.UID("0d4c3a4e-6a8e-4c47-9d8c-6f3e2d1b0a99"), o.GetUID())
+	require.Equal(t, "cfg", o.GetName())
+	require.Equal(t, "123456789", o.GetResourceVersion())
+	copied := o.DeepCopyObject().(*compactObject)
+	require.Equal(t, o.GetUID(), copied.GetUID())
+	require.Equal(t, "cfg", copied.GetName())
+
+	long := strings.Repeat("n", 200)
+	u.SetName(long)
+	o = c.compact(u)
+	require.False(t, inside(o.Name))
+	require.Equal(t, long, o.GetName())
+	require.Equal(t, types.UID("0d4c3a4e-6a8e-4c47-9d8c-6f3e2d1b0a99"), o.GetUID())
+	require.Equal(t, "123456789", o.GetResourceVersion())
+
+	allocs := func(name string) float64 {
+		u.SetName(name)
+		return testing.AllocsPerRun(100, func() { c.compact(u) })
+	}
+	require.Equal(t, allocs("cfg")+1, allocs(long), "an identity that fits takes no allocation of its own")
 }
 
 // A render error travels in the compact object and is returned where the manifest would be.
