@@ -44,7 +44,7 @@ func seededStore(tb testing.TB, seed []attribution.AttributedChange) (treeBuilde
 	tip, ok, err := b.materialize(newPlan("", seed, self, "users.example.com", fixedNow), plumbing.ZeroHash, committer)
 	require.NoError(tb, err)
 	require.True(tb, ok)
-	store, refs, err := compactStore(b.s.(*memory.Storage), tip, plumbing.ZeroHash)
+	store, refs, _, err := compactStore(b.s.(*memory.Storage), tip, plumbing.ZeroHash)
 	require.NoError(tb, err)
 	b.s = store
 	return b, tip, refs
@@ -55,7 +55,7 @@ func seededStore(tb testing.TB, seed []attribution.AttributedChange) (treeBuilde
 // (each time it gained compactSlack objects or compactBytes bytes), inside the timer.
 func benchCommitLoop(b *testing.B, tb treeBuilder, tip plumbing.Hash, refs map[plumbing.Hash]int32, change func(i int) attribution.AttributedChange) {
 	gc := newStoreGC()
-	gc.reset(refs)
+	gc.reset(refs, nil)
 	store := tb.s.(*memory.Storage)
 	compactAt, growth := len(store.Objects)+compactSlack, int64(0)
 	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
@@ -78,11 +78,11 @@ func benchCommitLoop(b *testing.B, tb treeBuilder, tip plumbing.Hash, refs map[p
 		if len(store.Objects) < compactAt && growth < compactBytes {
 			continue
 		}
-		if !gc.prune(store, nil) {
-			if store, refs, err = compactStore(store, tip, plumbing.ZeroHash); err != nil {
+		if !gc.prune(store, map[plumbing.Hash]bool{tip: true}) {
+			if store, refs, _, err = compactStore(store, tip, plumbing.ZeroHash); err != nil {
 				b.Fatal(err)
 			}
-			gc.reset(refs)
+			gc.reset(refs, nil)
 			tb.s = store
 		}
 		compactAt, growth = len(store.Objects)+compactSlack, 0

@@ -348,6 +348,40 @@ func TestRewoundRemoteIsNotFastForwarded(t *testing.T) {
 	require.Equal(t, gitLog(t, gitDir, "main", "%H")[0], tw.pushes.commits()[2].SHA)
 }
 
+// A rewind to a commit several pushes back, whose commit object and trees the working store
+// pruned long ago: the worker knows it from the history's hashes, says it was rewound, fetches
+// it again and rebuilds on it.
+func TestRewoundPastPrunedCommits(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := newTestWorker(t, opts)
+	tw.compactEvery = 1 // prune after every push
+	tw.start(t)
+	for i := range 6 {
+		user := []string{"alice", "bob"}[i%2] // alternating authors: one commit each
+		tw.Submit("", by(user, fmt.Sprintf("a%d", i), cmChange(watch.OpCreate, "demo", fmt.Sprintf("cm-%d", i), fmt.Sprint(i))))
+		waitFor(t, "pushed", func() bool { return len(tw.pushes.commits()) == i+1 })
+	}
+	waitFor(t, "pruned", func() bool { return compactionsOf(opts.Metrics, compactionPrune) > 0 })
+	shas := gitLog(t, gitDir, "main", "%H") // newest first
+	kept := shas[4]                         // after the second commit
+	runGit(t, "", "--git-dir="+gitDir, "update-ref", "refs/heads/main", kept)
+
+	tw.Submit("", by("carol", "c1", cmChange(watch.OpCreate, "demo", "late", "x")))
+	waitFor(t, "pushed after the rewind", func() bool { return len(tw.pushes.commits()) == 7 && tw.Status().Pending == 0 })
+	require.NoError(t, tw.stop(t))
+
+	require.Equal(t, kept, gitLog(t, gitDir, "main", "%P")[0], "rebuilt on the rewound tip")
+	require.Equal(t, []string{"demo/core/configmaps/cm-0.yaml", "demo/core/configmaps/cm-1.yaml", "demo/core/configmaps/late.yaml"},
+		gitFiles(t, gitDir, "main"))
+	logs := tw.logs.String()
+	require.Contains(t, logs, "remote branch was rewound to an older commit")
+	require.Contains(t, logs, "new_tip="+kept)
+	runGit(t, "", "--git-dir="+gitDir, "fsck", "--strict")
+}
+
 // A deleted remote branch is created again by the next push, with the worker's history.
 func TestDeletedRemoteBranchIsCreatedAgain(t *testing.T) {
 	gitDir, url := newBareRemote(t)

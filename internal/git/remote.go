@@ -33,11 +33,11 @@ func (w *Worker) open(ctx context.Context) error {
 	default:
 		return err
 	}
-	compacted, refs, err := compactStore(store, tip, plumbing.ZeroHash)
+	compacted, refs, walked, err := compactStore(store, tip, plumbing.ZeroHash)
 	if err != nil {
 		return err
 	}
-	w.setStore(compacted, refs)
+	w.setStore(compacted, refs, walked)
 	w.remoteTip = tip
 	w.remoteGone = false
 	w.stale = true
@@ -92,10 +92,12 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		}
 	} else if !reachedOld && !old.IsZero() {
 		switch {
-		case w.reaches(old, tip, rewindScanLimit):
+		case w.gc.known(tip) || w.reaches(old, tip, rewindScanLimit):
+			w.gc.rewound(tip)
 			w.log.Warn("remote branch was rewound to an older commit (force-push); rebuilding unpushed commits on it",
 				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
 		case exhausted:
+			w.gc.forget()
 			w.log.Warn("remote branch history was replaced (force-push); rebuilding unpushed commits on its tip",
 				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
 		}

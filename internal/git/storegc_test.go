@@ -67,7 +67,7 @@ func pruneKeepsWhatIsNeeded(t *testing.T, seed uint64) {
 	store := tb.s.(*memory.Storage)
 	gc := newStoreGC()
 	gc.historyLimit = 5
-	gc.reset(refs)
+	gc.reset(refs, nil)
 
 	var unpushed []*plan
 	pruned, full := 0, 0
@@ -110,14 +110,15 @@ func pruneKeepsWhatIsNeeded(t *testing.T, seed uint64) {
 			require.NoError(t, err)
 			remote = cm.ParentHashes[0]
 		}
-		needed[remote] = true
+		needed[remote], needed[tip] = true, true
 		if gc.prune(store, needed) {
 			pruned++
 		} else {
 			full++
-			store, refs, err = compactStore(store, tip, remote, keep...)
+			var walked []plumbing.Hash
+			store, refs, walked, err = compactStore(store, tip, remote, keep...)
 			require.NoError(t, err)
-			gc.reset(refs)
+			gc.reset(refs, walked)
 			tb.s = store
 		}
 		walkTrees(t, store, tip)
@@ -128,22 +129,27 @@ func pruneKeepsWhatIsNeeded(t *testing.T, seed uint64) {
 		for h := range store.Blobs {
 			require.True(t, needed[h], "blob %s of a pushed commit stays", h)
 		}
-		require.LessOrEqual(t, len(gc.history), gc.historyLimit)
+		for h := range store.Commits {
+			require.True(t, needed[h], "commit %s, neither a tip nor unpushed, stays", h)
+		}
+		require.Less(t, len(gc.history), 2*gc.historyLimit)
+		require.True(t, gc.known(tip), "the local tip is in the history")
 	}
 	require.Positive(t, pruned)
 	t.Logf("seed %d: pruned %d times, compacted in full %d times", seed, pruned, full)
 }
 
 // Pruning deletes what the commits superseded: after a stream of pushed commits the store holds
-// the tip's trees, the kept history and nothing else.
+// the tip's commit and trees and nothing else; the history is kept as hashes.
 func TestStoreGCPruneDeletesSupersededTrees(t *testing.T) {
 	tb, tip, refs := seededBuilder(t, 300)
 	store := tb.s.(*memory.Storage)
 	gc := newStoreGC()
 	gc.historyLimit = 10
-	gc.reset(refs)
+	gc.reset(refs, nil)
 	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
 	self := Signature{Name: "kubescribe", Email: "k@example.com"}
+	var shas []plumbing.Hash
 	for i := range 50 {
 		p := newPlan("", []attribution.AttributedChange{benchChange((i*37)%300, fmt.Sprintf("v%d", i))}, self, "users.example.com", fixedNow)
 		sha, ok, err := tb.materialize(p, tip, committer)
@@ -151,19 +157,23 @@ func TestStoreGCPruneDeletesSupersededTrees(t *testing.T) {
 		require.True(t, ok)
 		gc.committed(store, sha, p.objects)
 		tip = sha
+		shas = append(shas, sha)
 	}
-	require.True(t, gc.prune(store, nil))
+	require.True(t, gc.prune(store, map[plumbing.Hash]bool{tip: true}))
 	trees := walkTrees(t, store, tip)
 	require.Len(t, store.Trees, len(trees), "only the tip's trees stay")
 	require.Empty(t, store.Blobs)
-	require.Len(t, store.Commits, 1+gc.historyLimit, "the seed commit and the last historyLimit commits")
+	require.Len(t, store.Commits, 1, "only the tip's commit stays")
+	for i, h := range shas {
+		require.Equal(t, i >= len(shas)-gc.historyLimit, gc.known(h), "commit %d is known as history only among the last historyLimit", i)
+	}
 }
 
 // A count that cannot be trusted makes prune decline, so that the caller compacts in full.
 func TestStoreGCInvalidDeclines(t *testing.T) {
 	tb, _, refs := seededBuilder(t, 10)
 	gc := newStoreGC()
-	gc.reset(refs)
+	gc.reset(refs, nil)
 	gc.invalidate()
 	n := len(tb.s.(*memory.Storage).Objects)
 	require.False(t, gc.prune(tb.s.(*memory.Storage), nil))

@@ -297,11 +297,11 @@ func (w *Worker) pushPlans(ctx context.Context, n int) error {
 	return nil
 }
 
-// setStore replaces the working store, whose tip has the tree path counts refs (nil: unknown),
-// and resets the compaction threshold.
-func (w *Worker) setStore(s *memory.Storage, refs map[plumbing.Hash]int32) {
+// setStore replaces the working store, whose tip has the tree path counts refs (nil: unknown)
+// and the history walked (newest first), and resets the compaction threshold.
+func (w *Worker) setStore(s *memory.Storage, refs map[plumbing.Hash]int32, walked []plumbing.Hash) {
 	w.store = s
-	w.gc.reset(refs)
+	w.gc.reset(refs, walked)
 	w.compactAt = len(s.Objects) + w.compactEvery
 	w.storeGrowth = 0
 }
@@ -324,7 +324,8 @@ func (w *Worker) compactIfDue() {
 // (compactStore) otherwise.
 func (w *Worker) compact() {
 	var keep []plumbing.Hash
-	needed := map[plumbing.Hash]bool{w.remoteTip: true} // a rebuild starts from its commit
+	// The next commit reads the local tip's commit, a rebuild the remote tip's.
+	needed := map[plumbing.Hash]bool{w.localTip: true, w.remoteTip: true}
 	for _, p := range w.plans {
 		for _, o := range p.objects {
 			keep = append(keep, o.hash)
@@ -342,7 +343,7 @@ func (w *Worker) compact() {
 		w.storeGrowth = 0
 		return
 	}
-	s, refs, err := compactStore(w.store, w.localTip, w.remoteTip, keep...)
+	s, refs, walked, err := compactStore(w.store, w.localTip, w.remoteTip, keep...)
 	if err != nil {
 		w.log.Error("compacting the working store failed; keeping it", "err", err)
 		w.gc.invalidate()
@@ -352,76 +353,72 @@ func (w *Worker) compact() {
 	}
 	w.log.Debug("working store compacted", "objects_before", before, "objects_after", len(s.Objects))
 	w.opts.Metrics.storeCompacted(compactionFull)
-	w.setStore(s, refs)
+	w.setStore(s, refs, walked)
 	w.setLocalTip(w.localTip)
 }
 
 // compactStore copies out of s what building commits on tip needs: tip's commit and all its
-// trees (never a blob: commits do not read them), and the commit objects of tip's history that
-// s holds, up to rewindScanLimit, to recognise a rewound branch. Its size depends on the size of
-// the tip's tree, not on the history. When commits on tip are not pushed yet, remote is the
-// remote tip they were built on, whose trees a rebuild and the next fetch start from, and
-// keep the objects those commits created, which their push sends. It also returns, for pruning
-// (storeGC), at how many paths of tip's tree each of its trees sits.
-func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing.Hash) (*memory.Storage, map[plumbing.Hash]int32, error) {
+// trees (never a blob: commits do not read them). Its size depends on the size of the tip's
+// tree, not on the history. When commits on tip are not pushed yet, remote is the remote tip
+// they were built on, whose commit and trees a rebuild and the next fetch start from, and keep
+// the objects those commits created, which their push sends. It also returns, for pruning
+// (storeGC), at how many paths of tip's tree each of its trees sits, and the hashes of the
+// commits of tip's history that s holds (newest first, at most rewindScanLimit), which the
+// worker remembers without their objects to recognise a rewound branch.
+func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing.Hash) (*memory.Storage, map[plumbing.Hash]int32, []plumbing.Hash, error) {
 	out := memory.NewStorage()
 	refs := map[plumbing.Hash]int32{}
 	if tip.IsZero() {
-		return out, refs, nil
+		return out, refs, nil, nil
 	}
 	seen := map[plumbing.Hash]bool{}
 	if err := copyTrees(s, out, tip, seen, refs); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !remote.IsZero() && remote != tip {
 		if err := copyTrees(s, out, remote, seen, nil); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	for _, h := range keep {
-		if seen[h] {
+	for _, h := range append([]plumbing.Hash{tip, remote}, keep...) {
+		if h.IsZero() || seen[h] {
 			continue
 		}
 		seen[h] = true
 		obj, err := s.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
-			return nil, nil, fmt.Errorf("read object %s of an unpushed commit: %w", h, err)
+			return nil, nil, nil, fmt.Errorf("read object %s of an unpushed commit: %w", h, err)
 		}
 		if _, err := out.SetEncodedObject(obj); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	// History: commit objects only, breadth first, as far as s holds them.
+	// History: the hashes of the commits s holds, breadth first.
+	var walked []plumbing.Hash
 	queue := []plumbing.Hash{tip}
-	kept := map[plumbing.Hash]bool{tip: true}
-	for len(queue) > 0 && len(kept) <= rewindScanLimit {
+	queued := map[plumbing.Hash]bool{tip: true}
+	for len(queue) > 0 && len(walked) < rewindScanLimit {
 		h := queue[0]
 		queue = queue[1:]
 		obj, err := s.EncodedObject(plumbing.CommitObject, h)
 		if err != nil {
 			continue
 		}
-		if _, err := out.SetEncodedObject(obj); err != nil {
-			return nil, nil, err
-		}
+		walked = append(walked, h)
 		var cm object.Commit
 		if err := cm.Decode(obj); err != nil {
 			continue
 		}
 		for _, p := range cm.ParentHashes {
-			if !kept[p] {
-				kept[p] = true
+			if !queued[p] {
+				queued[p] = true
 				queue = append(queue, p)
 			}
 		}
 	}
-	return out, refs, nil
+	return out, refs, walked, nil
 }
 
-// copyTrees copies the trees of commit tip from s to out, skipping those in seen (and adding
-// the ones it copies). A tree is kept as a rawObject, whose content later reads (tree, the next
-// compaction) use without copying it. refs, when set, counts every path of tip's tree at which
-// each tree sits: a tree at two paths is copied once and counted, with what is below it, twice.
 func copyTrees(s, out *memory.Storage, tip plumbing.Hash, seen map[plumbing.Hash]bool, refs map[plumbing.Hash]int32) error {
 	c, err := object.GetCommit(s, tip)
 	if err != nil {

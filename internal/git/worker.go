@@ -64,8 +64,8 @@ const (
 	// history of a new remote tip to find pending commits that an earlier push delivered.
 	historyScanSlack = 300
 	// rewindScanLimit bounds the search for a new remote tip in the old remote tip's history,
-	// which tells a rewound branch from one that moved on. The working store keeps the commit
-	// objects (not their trees) of that many commits of history.
+	// which tells a rewound branch from one that moved on. The worker keeps the hashes (not the
+	// objects) of that many commits of history.
 	rewindScanLimit = 1000
 	// maxUnpushedCommits bounds the commits built ahead of a push (32: measured with
 	// test/snapshotload, no slower than 64 and 50 MiB lower at the peak). Each commit holds every tree
