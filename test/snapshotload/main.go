@@ -30,6 +30,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,7 @@ type config struct {
 	changesTimeout       time.Duration
 	dir                  string
 	keep, pprof, gctrace bool
+	heapDump             bool
 	facts                bool
 	memProfileRate       int
 }
@@ -87,6 +89,7 @@ func main() {
 	flag.StringVar(&c.dir, "dir", "", "working directory (default: a new temporary one, removed unless -keep)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory (logs, repositories, profiles)")
 	flag.BoolVar(&c.pprof, "pprof", false, "build the server with net/http/pprof and save heap profiles (implies -keep)")
+	flag.BoolVar(&c.heapDump, "heapdump", false, "with each idle profile, write the server's heap dump after a collection and report, per object size, the heap pages its live objects touch against what they would fill packed (implies -pprof)")
 	flag.BoolVar(&c.gctrace, "gctrace", false, "run the server with GODEBUG=gctrace=1 (lines in kubescribe.log)")
 	flag.IntVar(&c.memProfileRate, "memprofilerate", 0, "run the server with GODEBUG=memprofilerate=N: heap profiles sample every N bytes (Go's default 524288 leaves small objects to chance; 4096 counts them closely, a little slower)")
 	flag.BoolVar(&c.facts, "facts", false, "keep the audit facts of the creates in Redis: the first commits are then the admin's creates, not one snapshot")
@@ -102,6 +105,9 @@ func logf(format string, args ...any) {
 }
 
 func run(c config) (err error) {
+	if c.heapDump {
+		c.pprof = true
+	}
 	if c.pprof {
 		c.keep = true
 	}
@@ -203,6 +209,7 @@ func run(c config) (err error) {
 	logf("kubescribe runs as pid %d (log %s)", pid, s.LogPath)
 
 	mon := newMonitor(pid, pprofAddr, c.dir)
+	mon.heapDump = c.heapDump
 	defer mon.stop()
 	var res results
 	res.idleStart = mon.read()
@@ -328,10 +335,25 @@ import (
 	"net/http"
 	_ "net/http/pprof"
 	"os"
+	"runtime"
+	"runtime/debug"
 )
 
 func init() {
 	if addr := os.Getenv("KUBESCRIBE_SNAPLOAD_PPROF"); addr != "" {
+		// A collection, then the heap dump into the file ?path= names (-heapdump).
+		http.HandleFunc("/debug/snapload/heapdump", func(w http.ResponseWriter, r *http.Request) {
+			f, err := os.Create(r.URL.Query().Get("path"))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			runtime.GC()
+			debug.WriteHeapDump(f.Fd())
+			if err := f.Close(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		})
 		go func() { _ = http.ListenAndServe(addr, nil) }()
 	}
 }
@@ -637,6 +659,8 @@ type monitor struct {
 	phase   string
 	maxRSS  int
 	profile string // path of the profile taken at maxRSS
+
+	heapDump bool // idleProfile adds the heap dump's report
 }
 
 func newMonitor(pid int, pprofAddr, dir string) *monitor {
@@ -719,7 +743,15 @@ func (m *monitor) idleProfile(name string) string {
 	if err := fetch("http://"+m.pprofAddr+"/debug/pprof/heap?debug=1", text); err != nil {
 		return fmt.Sprintf("%s: %v", text, err)
 	}
-	return profileTop(path) + memStats(text)
+	report := profileTop(path) + memStats(text)
+	if m.heapDump {
+		dump := filepath.Join(m.dir, fmt.Sprintf("heap-%s-idle.dump", name))
+		if err := fetch("http://"+m.pprofAddr+"/debug/snapload/heapdump?path="+url.QueryEscape(dump), os.DevNull); err != nil {
+			return report + fmt.Sprintf("%s: %v\n", dump, err)
+		}
+		report += heapDumpReport(dump, 25)
+	}
+	return report
 }
 
 // memStats returns the heap's lines of the MemStats a text heap profile ends with.
