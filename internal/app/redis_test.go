@@ -3,16 +3,21 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/redistest"
 )
 
 // TestRedisHookReportsFailures: a Redis that does not answer shows in the client's own
@@ -60,4 +65,31 @@ func TestRedisClientBufferSizes(t *testing.T) {
 	require.Equal(t, redisBufferSize, got.WriteBufferSize)
 	require.Equal(t, redisPipelineBufferSize, got.PipelineReadBufferSize)
 	require.Equal(t, redisPipelineBufferSize, got.PipelineWriteBufferSize)
+}
+
+// TestRedisPoolKeepsFewIdleConnections: the connections a burst of concurrent commands opens
+// are closed when it ends, but for redisMaxIdleConns, against a real redis-server.
+func TestRedisPoolKeepsFewIdleConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	o := validOptions()
+	o.RedisAddr = srv.Options().Addr
+	rdb := newRedisClient(o, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	defer rdb.Close()
+	ctx := context.Background()
+	const burst = 16
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// BLPOP holds its connection for 200ms, so the burst needs one connection each.
+			assert.ErrorIs(t, rdb.BLPop(ctx, 200*time.Millisecond, fmt.Sprintf("nothing-%d", i)).Err(), redis.Nil)
+		}()
+	}
+	wg.Wait()
+	stats := rdb.PoolStats()
+	require.GreaterOrEqual(t, stats.Misses, uint32(burst/2), "the burst opened connections of its own")
+	require.LessOrEqual(t, stats.IdleConns, uint32(redisMaxIdleConns))
+	require.LessOrEqual(t, stats.TotalConns, uint32(redisMaxIdleConns))
+	require.NoError(t, rdb.Ping(ctx).Err(), "the pool still works")
 }
