@@ -179,3 +179,40 @@ func TestStoreGCInvalidDeclines(t *testing.T) {
 	require.False(t, gc.prune(tb.s.(*memory.Storage), nil))
 	require.Len(t, tb.s.(*memory.Storage).Objects, n)
 }
+
+// An idle worker puts its paged trees back into one piece each, with the same content.
+func TestFlattenTrees(t *testing.T) {
+	tb, tip, _ := seededBuilder(t, 20000) // 200 namespaces: a root of about 8 KB
+	store := tb.s.(*memory.Storage)
+	committer := object.Signature{Name: "kubescribe", Email: "k@example.com", When: fixedNow}
+	self := Signature{Name: "kubescribe", Email: "k@example.com"}
+	for i := range 3 {
+		p := newPlan("", []attribution.AttributedChange{benchChange(i*7000, fmt.Sprintf("v%d", i))}, self, "users.example.com", fixedNow)
+		sha, ok, err := tb.materialize(p, tip, committer)
+		require.NoError(t, err)
+		require.True(t, ok)
+		tip = sha
+	}
+	paged := 0
+	for _, obj := range store.Trees {
+		if o, ok := obj.(*rawObject); ok && o.c.flat == nil && len(o.c.pages) > 1 {
+			paged++
+		}
+	}
+	require.Positive(t, paged, "a patched root of 200 namespaces is paged")
+
+	flattenTrees(store)
+	for h, obj := range store.Trees {
+		o, ok := obj.(*rawObject)
+		if !ok {
+			continue
+		}
+		require.True(t, o.c.flat != nil || len(o.c.pages) <= 1, "tree %s is in one piece", h)
+		require.Equal(t, h, hashObject(plumbing.TreeObject, o.c), "tree %s keeps its content", h)
+	}
+	walkTrees(t, store, tip)
+	p := newPlan("", []attribution.AttributedChange{benchChange(15000, "after")}, self, "users.example.com", fixedNow)
+	_, ok, err := tb.materialize(p, tip, committer)
+	require.NoError(t, err)
+	require.True(t, ok, "a commit on the flattened trees")
+}

@@ -379,8 +379,21 @@ func (w *Worker) trimIfIdle() {
 	if len(w.store.Objects) > w.compactAt-w.compactEvery {
 		w.compact()
 	}
+	flattenTrees(w.store)
 	w.trees = newTreeCache()
 	w.log.Debug("idle: working store trimmed", "objects", len(w.store.Objects))
+}
+
+// flattenTrees puts the content of every paged tree of s into one allocation. A stream of
+// commits into a large directory leaves its tree in 4 KiB pages copied at different times, each
+// alone in a heap span half used by then (a directory of 10,000 objects: 123 pages, 670 KB of
+// spans, against 410 KB in one piece after a snapshot). The next commit pages it again.
+func flattenTrees(s *memory.Storage) {
+	for _, obj := range s.Trees {
+		if o, ok := obj.(*rawObject); ok && o.c.flat == nil && len(o.c.pages) > 1 {
+			o.c = flatContent(o.c.bytes())
+		}
+	}
 }
 
 // shutdown commits everything submitted so far, makes the last bounded push attempt and reports
