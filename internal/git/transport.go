@@ -419,6 +419,10 @@ func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing
 	return out, refs, walked, nil
 }
 
+// copyTrees copies the trees of commit tip from s to out, skipping those in seen (and adding
+// the ones it copies). A tree is kept as a rawObject, whose content later reads (tree, the next
+// compaction) use without copying it. refs, when set, counts every path of tip's tree at which
+// each tree sits: a tree at two paths is copied once and counted, with what is below it, twice.
 func copyTrees(s, out *memory.Storage, tip plumbing.Hash, seen map[plumbing.Hash]bool, refs map[plumbing.Hash]int32) error {
 	c, err := object.GetCommit(s, tip)
 	if err != nil {
