@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
@@ -146,11 +147,16 @@ func (w *Worker) reaches(from, target plumbing.Hash, limit int) bool {
 	return found
 }
 
-// walkHistory visits the commits reachable from tip breadth first over all parents, each once,
-// at most limit of them; visit returns whether to walk on into a commit's parents. Commits
-// missing from the local store end their path. It reports whether the walk ended by itself
-// rather than at the limit.
+// walkHistory walks the working store's history from tip (walkCommits).
 func (w *Worker) walkHistory(tip plumbing.Hash, limit int, visit func(plumbing.Hash) bool) bool {
+	return walkCommits(w.store, tip, limit, visit)
+}
+
+// walkCommits visits the commits reachable from tip in s breadth first over all parents, each
+// once, at most limit of them; visit returns whether to walk on into a commit's parents.
+// Commits missing from s end their path. It reports whether the walk ended by itself rather
+// than at the limit.
+func walkCommits(s storer.EncodedObjectStorer, tip plumbing.Hash, limit int, visit func(plumbing.Hash) bool) bool {
 	if tip.IsZero() {
 		return true
 	}
@@ -165,7 +171,7 @@ func (w *Worker) walkHistory(tip plumbing.Hash, limit int, visit func(plumbing.H
 		if !visit(h) {
 			continue
 		}
-		c, err := object.GetCommit(w.store, h)
+		c, err := object.GetCommit(s, h)
 		if err != nil {
 			continue
 		}

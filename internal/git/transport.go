@@ -362,9 +362,10 @@ func (w *Worker) compact() {
 // tree, not on the history. When commits on tip are not pushed yet, remote is the remote tip
 // they were built on, whose commit and trees a rebuild and the next fetch start from, and keep
 // the objects those commits created, which their push sends. It also returns, for pruning
-// (storeGC), at how many paths of tip's tree each of its trees sits, and the hashes of the
-// commits of tip's history that s holds (newest first, at most rewindScanLimit), which the
-// worker remembers without their objects to recognise a rewound branch.
+// (storeGC), at how many paths of tip's tree each of its trees sits, and the hashes of tip's
+// history as far as s holds it (newest first, at most rewindScanLimit; a parent whose commit s
+// lacks ends its path), which the worker remembers without their objects to recognise a
+// rewound branch.
 func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing.Hash) (*memory.Storage, map[plumbing.Hash]int32, []plumbing.Hash, error) {
 	out := memory.NewStorage()
 	refs := map[plumbing.Hash]int32{}
@@ -393,29 +394,12 @@ func compactStore(s *memory.Storage, tip, remote plumbing.Hash, keep ...plumbing
 			return nil, nil, nil, err
 		}
 	}
-	// History: the hashes of the commits s holds, breadth first.
+	// History: the hashes of tip's ancestors, breadth first, as far as s holds their commits.
 	var walked []plumbing.Hash
-	queue := []plumbing.Hash{tip}
-	queued := map[plumbing.Hash]bool{tip: true}
-	for len(queue) > 0 && len(walked) < rewindScanLimit {
-		h := queue[0]
-		queue = queue[1:]
-		obj, err := s.EncodedObject(plumbing.CommitObject, h)
-		if err != nil {
-			continue
-		}
+	walkCommits(s, tip, rewindScanLimit, func(h plumbing.Hash) bool {
 		walked = append(walked, h)
-		var cm object.Commit
-		if err := cm.Decode(obj); err != nil {
-			continue
-		}
-		for _, p := range cm.ParentHashes {
-			if !queued[p] {
-				queued[p] = true
-				queue = append(queue, p)
-			}
-		}
-	}
+		return true
+	})
 	return out, refs, walked, nil
 }
 
