@@ -40,6 +40,9 @@ func pagedContent(raw []byte) objectContent {
 	return c
 }
 
+// paged reports whether the content is in several pages and not in one slice.
+func (c objectContent) paged() bool { return c.flat == nil && len(c.pages) > 1 }
+
 // len is the content's length in bytes.
 func (c objectContent) len() int { return c.n }
 

@@ -390,7 +390,7 @@ func (w *Worker) trimIfIdle() {
 // spans, against 410 KB in one piece after a snapshot). The next commit pages it again.
 func flattenTrees(s *memory.Storage) {
 	for _, obj := range s.Trees {
-		if o, ok := obj.(*rawObject); ok && o.c.flat == nil && len(o.c.pages) > 1 {
+		if o, ok := obj.(*rawObject); ok && o.c.paged() {
 			o.c = flatContent(o.c.bytes())
 		}
 	}
