@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -164,7 +163,7 @@ func heapDumpReport(path string, top int) string {
 		return fmt.Sprintf("heap dump %s: %v\n", path, err)
 	}
 	if len(uses) == 0 {
-		return fmt.Sprintf("heap dump %s: %v\n", path, errors.New("no objects"))
+		return fmt.Sprintf("heap dump %s: no objects\n", path)
 	}
 	all := make([]*sizeUse, 0, len(uses))
 	var live, pages, waste uint64
