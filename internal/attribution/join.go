@@ -277,11 +277,17 @@ func (j *Joiner) Wait(ctx context.Context) error {
 
 // resolve finds the author of c. A live change, or a snapshot change its stream's cursor
 // shows happened while nothing watched (Resumed), waits up to the grace window for its fact;
-// any other snapshot change is looked up once. A snapshot change without a fact has no author:
-// the writer credits it to the committer.
+// any other snapshot change is looked up once, except an Unchanged one, which nobody changed.
+// A snapshot change without a fact has no author: the writer credits it to the committer.
 func (j *Joiner) resolve(key string, c watch.Change) Author {
 	src := j.sourceOf(c.Cluster)
 	if c.Snapshot && !c.Resumed {
+		if c.Unchanged {
+			// The folder held this version at the last push: nobody changed it, so there is
+			// no fact to look for. If the writer has to write it again, that is a snapshot.
+			j.metrics.observe("snapshot", 0)
+			return Author{}
+		}
 		if !src.audit() {
 			// A listed change has no base version: no admission candidate can confirm it.
 			j.metrics.observe("snapshot", 0)

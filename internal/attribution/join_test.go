@@ -188,6 +188,24 @@ func TestJoinSnapshotCreditedToItsFact(t *testing.T) {
 	require.Empty(t, got["u2"].Author.Username, "no author: the writer credits the committer")
 }
 
+// TestJoinUnchangedIsNotLookedUp: a change the resume cursor shows the folder held in that
+// very version is nobody's new change: it is not looked up, even though a fact of that version
+// exists, and stays the committer's snapshot should the writer have to write it again.
+func TestJoinUnchangedIsNotLookedUp(t *testing.T) {
+	facts := newFakeFacts()
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1"}, false)
+	j, out := startJoiner(t, facts, time.Hour)
+	c := change("u1", "10", watch.OpUpdate)
+	c.Snapshot, c.Unchanged = true, true
+	j.Join(c, func(ac AttributedChange) { out <- ac })
+	got := <-out
+	require.True(t, got.Snapshot)
+	require.False(t, got.Author.Resolved)
+	facts.mu.Lock()
+	defer facts.mu.Unlock()
+	require.Zero(t, facts.lookups)
+}
+
 // TestJoinResumedWaitsForItsFact: a change the resume cursor shows happened while nothing
 // watched waits for its fact like a live change (the apiserver may still be retrying the audit
 // batch); a resumed delete is credited by the delete fact of its uid.

@@ -62,6 +62,12 @@ type Change struct {
 	// while nothing watched: the object appeared, changed or disappeared since the last push.
 	// It waits for its fact like a live change.
 	Resumed bool
+	// Unchanged is set on a snapshot change whose object the stream's resume cursor shows
+	// the folder held in this very version at the last push: nobody changed it while nothing
+	// watched, and it needs no author. It is handed over anyway because the branch may no
+	// longer hold what was pushed (someone else edited the folder, or deleted the branch):
+	// the writer commits it only where the file differs, and then as the committer's snapshot.
+	Unchanged bool
 	// Scope is the namespace scope of the stream that observed the change: the namespace its
 	// informer watches, "" for all namespaces. With Cluster, Target and GVR it names the
 	// stream's resume cursor.

@@ -60,10 +60,11 @@ func collectUntilSweep(t *testing.T, changes <-chan Change) (objects map[string]
 	}
 }
 
-// TestResumeFromCursor: a target whose cursor says what its folder holds is handed only what
+// TestResumeFromCursor: a target whose cursor says what its folder holds is handed what
 // changed while nothing watched: changed and new objects as resumed snapshot changes, deleted
 // ones as resumed deletes with the uid the cursor recorded, then a sweep that keeps all of
-// them. An object the folder already holds in that very version is not handed again.
+// them. An object the cursor holds in that very version is handed as an unchanged snapshot
+// change, which waits for no fact: the writer commits it only if the branch lost its file.
 func TestResumeFromCursor(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
@@ -82,12 +83,17 @@ func TestResumeFromCursor(t *testing.T) {
 	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 
 	got, sweep := collectUntilSweep(t, changes)
-	require.Len(t, got, 3, "the unchanged object is not handed again: %v", got)
+	require.Len(t, got, 4, "%v", got)
 	for name, op := range map[string]Op{"changed": OpUpdate, "new": OpCreate} {
 		require.Equal(t, op, got[name].Op, name)
-		require.True(t, got[name].Snapshot && got[name].Resumed, name)
+		require.True(t, got[name].Snapshot && got[name].Resumed && !got[name].Unchanged, name)
 		require.NotEmpty(t, got[name].Manifest)
 	}
+	same := got["same"]
+	require.Equal(t, OpUpdate, same.Op)
+	require.True(t, same.Snapshot && same.Unchanged && !same.Resumed, "the folder held this version at the last push")
+	require.Equal(t, "1", same.ResourceVersion)
+	require.NotEmpty(t, same.Manifest)
 	gone := got["gone"]
 	require.Equal(t, OpDelete, gone.Op)
 	require.Equal(t, "uid-gone", gone.UID, "the delete carries the uid its fact is keyed by")

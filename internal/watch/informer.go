@@ -251,9 +251,11 @@ func (s *sharedInformer) primeLocked(sub *subscription) {
 	}
 }
 
-// initialLocked hands sub one object of its initial state: nothing when its cursor shows the
-// folder already holds this very version, else a snapshot change, marked Resumed when the
-// cursor shows it changed (or appeared) while nothing watched.
+// initialLocked hands sub one object of its initial state as a snapshot change: marked
+// Resumed when the cursor shows it changed (or appeared) while nothing watched, Unchanged when
+// the cursor shows the folder held this very version at the last push. The cursor says what
+// was pushed, not what the branch holds now, so an unchanged object is handed over too: the
+// writer commits nothing for it unless its file is gone or differs.
 func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, manifest []byte, sum [32]byte) {
 	field := objectField(u.GetNamespace(), u.GetName())
 	if sub.listed != nil {
@@ -266,10 +268,13 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, mani
 	}
 	op := OpCreate
 	if e, ok := sub.cursor.Objects[field]; ok {
+		op = OpUpdate // the folder holds a version of it
 		if e.UID == string(u.GetUID()) && e.ResourceVersion == u.GetResourceVersion() {
-			return // the folder holds this version already
+			c := s.change(sub, u, op)
+			c.Manifest, c.Digest, c.Snapshot, c.Unchanged = manifest, sum, true, true
+			s.emit(c)
+			return
 		}
-		op = OpUpdate // the folder holds an older version
 	}
 	if sub.cursor.Known && s.excludedLocked(sub, u) {
 		delete(sub.seen, u.GetUID()) // the folder does not hold this form

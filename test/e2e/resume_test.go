@@ -275,3 +275,95 @@ func TestPathChangeSnapshotsIntoTheNewFolder(t *testing.T) {
 	require.True(t, poll(60*time.Second, func() bool { return slices.Contains(m.files(t), newFile) }), "files: %v", m.files(t))
 	require.Contains(t, m.files(t), oldFile, "the old folder is never deleted")
 }
+
+// While kubescribe is stopped, someone else edits its folder: a foreign commit removes one
+// object's file and rewrites another's. At the restart the folder is made the cluster again
+// (the cursor says what kubescribe pushed, not what the branch holds now): the two files are
+// restored by a snapshot commit of the committer, on top of the foreign commit (nothing is
+// forced), which lists only them; bob's create made meanwhile is his. Then the branch itself is
+// deleted while kubescribe is stopped: the restart creates it again with every object's file.
+func TestRestartRestoresWhatTheBranchLost(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-restore", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
+	for _, name := range []string{"keep", "edited", "removed"} {
+		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
+	require.True(t, poll(60*time.Second, func() bool { return len(m.files(t)) == 3 }), "files: %v", m.files(t))
+	committer := strings.Split(m.commits(t)[0], "|")[2]
+
+	require.NoError(t, env.StopKubescribe())
+	// carol removes one file and rewrites another, straight into the server's repository.
+	tip := m.git(t, "rev-parse", "main")
+	tampered := strings.Replace(m.git(t, "show", "main:"+file("edited")), "k: v1", "k: tampered", 1) + "\n"
+	edited := strings.TrimSpace(gitStdin(t, m.repoDir, tampered, "hash-object", "-w", "--stdin"))
+	var tree strings.Builder
+	for _, l := range strings.Split(m.git(t, "ls-tree", "-r", "main"), "\n") {
+		switch {
+		case strings.HasSuffix(l, "\t"+file("removed")):
+		case strings.HasSuffix(l, "\t"+file("edited")):
+			fmt.Fprintf(&tree, "100644 blob %s\t%s\n", edited, file("edited"))
+		default:
+			tree.WriteString(l + "\n")
+		}
+	}
+	foreign := strings.TrimSpace(gitStdin(t, m.repoDir, "carol's cleanup\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com",
+		"commit-tree", mkTree(t, m.repoDir, tree.String()), "-p", tip))
+	m.git(t, "update-ref", "refs/heads/main", foreign, tip)
+	_, err := bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "born"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	before := m.commits(t)
+	require.NoError(t, env.StartKubescribe(ctx))
+
+	want := []string{file("born"), file("edited"), file("keep"), file("removed")}
+	restored := func() bool {
+		if !slices.Equal(m.files(t), want) {
+			return false
+		}
+		for _, name := range []string{"born", "edited", "keep", "removed"} {
+			if !strings.Contains(m.git(t, "show", "main:"+file(name)), "k: v1") {
+				return false
+			}
+		}
+		return true
+	}
+	require.True(t, poll(90*time.Second, restored), "the folder must equal the cluster: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless the foreign commit is kept
+	byObject := map[string]string{}
+	for _, c := range m.changeLines(t, len(before)) {
+		author, line, _ := strings.Cut(c, "|")
+		fields := strings.Fields(line)
+		_, name, _ := strings.Cut(fields[2], "/")
+		byObject[name] = author + " " + fields[0]
+	}
+	require.Equal(t, map[string]string{"born": "bob create", "removed": committer + " create", "edited": committer + " update"}, byObject,
+		"only the files the branch lost are restored, by the committer; bob's create is his")
+
+	// The branch deleted while nothing runs: the restart writes every object again.
+	require.NoError(t, env.StopKubescribe())
+	m.git(t, "update-ref", "-d", "refs/heads/main")
+	require.NoError(t, env.StartKubescribe(ctx))
+	require.True(t, poll(90*time.Second, restored), "the branch must be created again with every file: %v", m.files(t))
+	commits := m.commits(t)
+	require.Len(t, commits, 1, "one snapshot commit starts the branch again: %q", commits)
+	require.Equal(t, committer, strings.Split(commits[0], "|")[0], "nobody changed the objects: the committer writes them again")
+}
+
+// mkTree writes a tree from `git ls-tree -r` lines (paths with directories) into a bare
+// repository and returns its hash.
+func mkTree(t *testing.T, gitDir, lines string) string {
+	t.Helper()
+	index := t.TempDir() + "/index"
+	run := func(stdin string, args ...string) string {
+		cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
+		cmd.Env = append(cmd.Environ(), "GIT_INDEX_FILE="+index)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
+		return strings.TrimSpace(string(out))
+	}
+	run(lines, "update-index", "--index-info")
+	return run("", "write-tree")
+}
