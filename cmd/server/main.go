@@ -35,6 +35,7 @@ func run(args []string) int {
 		return 2
 	}
 	opts.Logger = logger
+	installRedisLogger(logger)
 	a, err := app.New(opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
