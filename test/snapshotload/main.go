@@ -73,6 +73,7 @@ type config struct {
 	heapDump             bool
 	facts                bool
 	memProfileRate       int
+	restart              bool
 }
 
 func main() {
@@ -92,6 +93,7 @@ func main() {
 	flag.BoolVar(&c.heapDump, "heapdump", false, "with each idle profile, write the server's heap dump after a collection and report, per object size, the heap pages its live objects touch against what they would fill packed (implies -pprof)")
 	flag.BoolVar(&c.gctrace, "gctrace", false, "run the server with GODEBUG=gctrace=1 (lines in kubescribe.log)")
 	flag.IntVar(&c.memProfileRate, "memprofilerate", 0, "run the server with GODEBUG=memprofilerate=N: heap profiles sample every N bytes (Go's default 524288 leaves small objects to chance; 4096 counts them closely, a little slower)")
+	flag.BoolVar(&c.restart, "restart", false, "at the end, stop the server and start it again with nothing changed: every stream resumes from its cursor and hands its objects over as unchanged (no commit expected); reports its wall time and peak against the snapshot's")
 	flag.BoolVar(&c.facts, "facts", false, "keep the audit facts of the creates in Redis: the first commits are then the admin's creates, not one snapshot")
 	flag.Parse()
 	if err := run(c); err != nil {
@@ -210,7 +212,7 @@ func run(c config) (err error) {
 
 	mon := newMonitor(pid, pprofAddr, c.dir)
 	mon.heapDump = c.heapDump
-	defer mon.stop()
+	defer func() { mon.stop() }() // the last one: -restart replaces it
 	var res results
 	res.idleStart = mon.read()
 
@@ -267,8 +269,70 @@ func run(c config) (err error) {
 			res.later = append(res.later, r)
 		}
 	}
+	if c.restart {
+		if mon, err = restart(ctx, c, s, bin, repoDir, mon, &res); err != nil {
+			return fmt.Errorf("restart: %w", err)
+		}
+	}
 	res.print(c)
 	return nil
+}
+
+// restart stops the server (SIGTERM) and starts it again with nothing changed in between.
+// Every stream resumes from its cursor and hands each object over as unchanged: the join
+// passes them without a lookup, the writer finds every file as it is and commits nothing. The
+// phase ends once the join has passed them all and neither the join nor the writer holds one.
+// It returns the monitor of the new process.
+func restart(ctx context.Context, c config, s *stack.Stack, bin, repoDir string, mon *monitor, res *results) (*monitor, error) {
+	tip := strings.TrimSpace(gitOut(repoDir, "rev-parse", "main"))
+	mon.stop()
+	if err := s.StopKubescribe(); err != nil {
+		return mon, err
+	}
+	began := time.Now()
+	if err := s.StartKubescribeProcess(ctx, bin); err != nil {
+		return mon, err
+	}
+	pid, err := childPID(bin)
+	if err != nil {
+		return mon, err
+	}
+	mon = newMonitor(pid, "", c.dir)
+	mon.resetPeak("restart")
+	if err := waitFor(ctx, c.snapshotTimeout, 200*time.Millisecond, func() (bool, string) {
+		m := metrics(s.OpsURL)
+		joined := m[`kubescribe_attribution_joins_total{result="snapshot"}`]
+		waiting := m["kubescribe_attribution_pending_changes"] + m["kubescribe_git_pending_changes"]
+		return joined >= float64(c.objects) && waiting == 0, fmt.Sprintf("%.0f of %d objects passed the join, %.0f changes held", joined, c.objects, waiting)
+	}); err != nil {
+		return mon, err
+	}
+	res.restartWall = time.Since(began)
+	res.restartEnd = mon.read()
+	res.restartCommits = len(gitLines(repoDir, "rev-list", tip+"..main"))
+	logf("restarted and resumed in %s (%d commits): %s", res.restartWall.Round(time.Millisecond), res.restartCommits, res.restartEnd)
+	return mon, nil
+}
+
+// metrics reads the unlabelled and labelled samples of the server's /metrics, by their whole
+// name ("name{labels}"); an unreadable page is an empty map.
+func metrics(opsURL string) map[string]float64 {
+	v := map[string]float64{}
+	resp, err := http.Get(opsURL + "/metrics")
+	if err != nil {
+		return v
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return v
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
+			v[l[:i]], _ = strconv.ParseFloat(l[i+1:], 64)
+		}
+	}
+	return v
 }
 
 // waitFacts waits until Redis holds at least n keys and their number stays the same for two
@@ -824,6 +888,9 @@ type results struct {
 	snapshotHeapTop, changesHeapTop                    string
 	snapshotIdleTop, changesIdleTop                    string
 	later                                              []roundResult // rounds after the first
+	restartWall                                        time.Duration // -restart
+	restartCommits                                     int
+	restartEnd                                         sample
 }
 
 // roundResult is one round of further changes.
@@ -856,6 +923,11 @@ func (r results) print(c config) {
 			row(fmt.Sprintf("  after %s idle", c.idle), 0, l.idle)
 		}
 		fmt.Printf("(patches made in %s; VmHWM is reset before each phase, so it is that phase's peak)\n", r.patchWall.Round(10*time.Millisecond))
+	}
+	if c.restart {
+		row(fmt.Sprintf("restart, resumed (%d commits)", r.restartCommits), r.restartWall, r.restartEnd)
+		fmt.Printf("(restart against the snapshot: %.2fx its wall time, %.2fx its peak)\n",
+			r.restartWall.Seconds()/r.snapshotWall.Seconds(), float64(r.restartEnd.hwm)/float64(r.snapshotEnd.hwm))
 	}
 	after := "not measured"
 	if c.changes > 0 {
