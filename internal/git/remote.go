@@ -26,6 +26,7 @@ func (w *Worker) open(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
 	store := memory.NewStorage()
+	seen := time.Now()
 	tip, err := w.fetchInto(ctx, store, plumbing.ZeroHash, 1, false)
 	switch {
 	case err == nil:
@@ -39,7 +40,7 @@ func (w *Worker) open(ctx context.Context) error {
 		return err
 	}
 	w.setStore(compacted, refs, walked)
-	w.remoteTip = tip
+	w.remoteTip, w.remoteSeen = tip, seen
 	w.remoteGone = false
 	w.stale = true
 	w.failures, w.retryAt = 0, time.Time{}
@@ -64,7 +65,11 @@ func (w *Worker) open(ctx context.Context) error {
 func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
 	defer cancel()
+	seen := time.Now()
 	tip, err := w.fetchInto(ctx, w.store, w.remoteTip, len(w.plans)+historyScanSlack+1, false)
+	if err == nil || errors.Is(err, errNoBranch) {
+		w.remoteSeen = seen
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, errNoBranch):

@@ -124,6 +124,7 @@ type windowKey struct {
 
 type window struct {
 	key      windowKey
+	opened   time.Time // real clock
 	deadline time.Time // real clock
 	changes  []attribution.AttributedChange
 	// request is the close request that closes the window, if any.
@@ -188,6 +189,11 @@ type Worker struct {
 	// Values this worker last added to the shared gauges.
 	gaugePlans, gaugeObjects int
 	remoteTip                plumbing.Hash // remote branch as last seen; parent of the first unpushed commit
+	// remoteSeen is when remoteTip was last learned from the remote (a clone, fetch or push).
+	remoteSeen time.Time // real clock
+	// recheck is set when a plan must be built on the remote branch as it is now, not as last
+	// seen: its Unchanged changes make a commit only where the branch lost their files.
+	recheck bool
 	localTip                 plumbing.Hash // newest local commit
 	stale                    bool          // plans must be rebuilt on remoteTip before pushing
 	// remoteGone is set when a fetch found the remote branch deleted: the next push creates it
@@ -531,7 +537,8 @@ func (w *Worker) accept(s submission) {
 		w.closeWindow()
 	}
 	if w.win == nil {
-		w.win = &window{key: key, deadline: time.Now().Add(w.opts.CommitWindow)}
+		now := time.Now()
+		w.win = &window{key: key, opened: now, deadline: now.Add(w.opts.CommitWindow)}
 	}
 	w.win.changes = append(w.win.changes, c)
 }
@@ -557,6 +564,12 @@ func (w *Worker) closeWindow() {
 	if w.store == nil || w.stale {
 		return // materialized by the next rebuild
 	}
+	if w.remoteSeen.Before(win.opened) && checksBranch(p.changes) {
+		// Someone else may have changed the folder since the remote was last seen: fetch first,
+		// then build every unpushed plan on what the branch holds.
+		w.recheck, w.stale = true, true
+		return
+	}
 	sha, ok, err := w.builder().materialize(p, w.localTip, w.committer())
 	if err != nil {
 		w.stale = true
@@ -577,6 +590,17 @@ func (w *Worker) closeWindow() {
 	w.committed(p, sha)
 	w.gc.committed(w.store, sha, p.objects)
 	w.setLocalTip(sha)
+}
+
+// checksBranch reports whether changes hold an Unchanged one: an object a resumed stream's
+// cursor says the folder holds, which makes a commit only if the branch lost its file.
+func checksBranch(changes []attribution.AttributedChange) bool {
+	for _, c := range changes {
+		if c.Unchanged {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Worker) committed(p *plan, sha plumbing.Hash) {
@@ -659,6 +683,13 @@ func (w *Worker) sync(ctx context.Context) {
 			return
 		}
 	}
+	if w.recheck {
+		if _, err := w.refetch(ctx); err != nil {
+			w.failed(ctx, "fetch", err)
+			return
+		}
+		w.recheck = false
+	}
 	if w.stale {
 		if err := w.rebuild(); err != nil {
 			w.failed(ctx, "rebuild", err)
@@ -683,6 +714,7 @@ func (w *Worker) push(ctx context.Context) {
 		start := time.Now()
 		err := w.pushFn(ctx)
 		if err == nil {
+			w.remoteSeen = start // the branch was our tip's parent then
 			w.opts.Metrics.pushed(pushResultSuccess, time.Since(start))
 			w.delivered(len(w.plans))
 			return

@@ -2,6 +2,7 @@ package git
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -310,6 +311,48 @@ func TestNonFastForwardWithSameContentDropsNothingButTheNoop(t *testing.T) {
 	require.Equal(t, []string{"carol|update configmaps demo/cfg", "bob|manual edit", "alice|create configmaps demo/cfg"},
 		gitLog(t, gitDir, "main", "%an|%s"))
 	require.Contains(t, gitShow(t, gitDir, "main", "demo/core/configmaps/cfg.yaml"), "key: 3")
+}
+
+// TestUnchangedChangeChecksTheBranchAsItIsNow: a stream that resumes hands over the objects
+// its cursor says the folder holds (Unchanged). While the worker ran, another writer removed
+// one of those files; the worker learns of it only when it looks at the remote, which it does
+// before it decides that an unchanged object needs no commit: the file is written again, on top
+// of the other writer's commit, as the committer's snapshot. An unchanged object whose file is
+// there makes no commit.
+func TestUnchangedChangeChecksTheBranchAsItIsNow(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	tw := startWorker(t, opts)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "kept", "1")))
+	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "lost", "1")))
+	tw.waitPushed(t)
+
+	// Another writer removes one file; the worker does not know.
+	dir := filepath.Join(t.TempDir(), "clone")
+	runGit(t, "", "clone", "-q", "--branch", "main", url, dir)
+	runGit(t, dir, "rm", "-q", "demo/core/configmaps/lost.yaml")
+	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", "bob removes lost")
+	runGit(t, dir, "push", "-q", "origin", "main")
+	bobTip := gitLog(t, gitDir, "main", "%H")[0]
+
+	for _, name := range []string{"kept", "lost"} {
+		c := unresolved(cmChange(watch.OpUpdate, "demo", name, "1"))
+		c.Snapshot, c.Unchanged, c.Author = true, true, attribution.Author{}
+		tw.Submit("", c)
+	}
+	require.Eventually(t, func() bool { return len(gitLog(t, gitDir, "main", "%H")) == 3 }, 20*time.Second, 10*time.Millisecond,
+		"the lost file is written again: %v", gitLog(t, gitDir, "main", "%an|%s"))
+	require.NoError(t, tw.stop(t))
+	require.Equal(t, []string{
+		"kubescribe|Snapshot of configmaps demo/lost",
+		"bob|bob removes lost",
+	}, gitLog(t, gitDir, "main", "%an|%s")[:2])
+	require.Equal(t, bobTip, gitLog(t, gitDir, "main", "%P")[0], "on top of the other writer's commit")
+	require.Equal(t, []string{"demo/core/configmaps/kept.yaml", "demo/core/configmaps/lost.yaml"}, gitFiles(t, gitDir, "main"))
+	body := runGit(t, "", "--git-dir="+gitDir, "log", "-1", "--format=%B", "main")
+	require.Contains(t, body, "create core/configmaps demo/lost")
+	require.NotContains(t, body, "demo/kept", "an unchanged object whose file is there is not listed")
 }
 
 func TestRemoteUnavailable(t *testing.T) {
