@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
@@ -234,4 +236,80 @@ func countLogLines(t *testing.T, path, msg, resource string) int {
 	}
 	require.NoError(t, sc.Err())
 	return n
+}
+
+// A namespace that leaves a ClusterWatchRule's namespaceSelector keeps its files; while it is
+// out, bob patches one of its ConfigMaps and carol removes the other's file from the branch.
+// Once the namespace matches again, its stream resumes from its cursor: bob's patch is
+// committed as his, the removed file is written again by the committer, and nothing else is
+// listed.
+func TestNamespaceBackInTheSelectionResumes(t *testing.T) {
+	ctx := context.Background()
+	const ns, watched, label = "e2e-reselect", "e2e-reselect-apps", "e2e-reselect"
+	m := newMirrorWithoutRule(t, ns, "", nil, nil)
+	admin := clientFor(t, "admin")
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: watched, Labels: map[string]string{label: "yes"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	bindRole(t, admin, watched, "writers", configMapWriters, "alice", "bob")
+	t.Cleanup(func() {
+		_ = dynamicFor(t, "admin").Resource(v1alpha1.ClusterWatchRulesResource).Delete(context.Background(), "reselect", metav1.DeleteOptions{})
+	})
+	create(t, v1alpha1.ClusterWatchRulesResource, "", &v1alpha1.ClusterWatchRule{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "ClusterWatchRule"},
+		ObjectMeta: metav1.ObjectMeta{Name: "reselect"},
+		Spec: v1alpha1.ClusterWatchRuleSpec{
+			TargetRef:         v1alpha1.NamespacedObjectReference{Namespace: ns, Name: "target"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}},
+			Rules:             watchConfigMaps,
+		},
+	})
+	selected := func() []string {
+		return statusList(t, v1alpha1.ClusterWatchRulesResource, "", "reselect", "namespaces")
+	}
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(selected(), []string{watched}) }), "namespaces: %v", selected())
+	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(watched), clientFor(t, "bob").CoreV1().ConfigMaps(watched)
+	for _, name := range []string{"one", "two"} {
+		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	one, two := watched+"/core/configmaps/one.yaml", watched+"/core/configmaps/two.yaml"
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{one, two}) }), "files: %v", m.files(t))
+	committer := strings.Split(m.commits(t)[0], "|")[2]
+
+	relabel := func(value string) {
+		t.Helper()
+		_, err := admin.CoreV1().Namespaces().Patch(ctx, watched, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+label+`":"`+value+`"}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	relabel("no")
+	require.True(t, poll(60*time.Second, func() bool { return len(selected()) == 0 }), "namespaces: %v", selected())
+	require.Equal(t, []string{one, two}, m.files(t), "a namespace that is no longer selected keeps its files")
+
+	_, err = bob.Patch(ctx, "one", types.MergePatchType, []byte(`{"data":{"k":"v2"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	tip := m.git(t, "rev-parse", "main")
+	var tree strings.Builder
+	for _, l := range strings.Split(m.git(t, "ls-tree", "-r", "main"), "\n") {
+		if !strings.HasSuffix(l, "\t"+two) {
+			tree.WriteString(l + "\n")
+		}
+	}
+	foreign := strings.TrimSpace(gitStdin(t, m.repoDir, "carol removes two\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com",
+		"commit-tree", mkTree(t, m.repoDir, tree.String()), "-p", tip))
+	m.git(t, "update-ref", "refs/heads/main", foreign, tip)
+	before := m.commits(t)
+
+	relabel("yes")
+	require.True(t, poll(90*time.Second, func() bool {
+		return slices.Equal(m.files(t), []string{one, two}) && strings.Contains(m.git(t, "show", "main:"+one), "k: v2")
+	}), "files: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless carol's commit is kept
+	byObject := map[string]string{}
+	for _, c := range m.changeLines(t, len(before)) {
+		author, line, _ := strings.Cut(c, "|")
+		fields := strings.Fields(line)
+		_, name, _ := strings.Cut(fields[2], "/")
+		byObject[name] = author + " " + fields[0]
+	}
+	require.Equal(t, map[string]string{"one": "bob update", "two": committer + " create"}, byObject)
 }
