@@ -1,37 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/testlog"
 )
-
-// lockedBuffer is a bytes.Buffer that go-redis' goroutines and the test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestRedisLoggerKeepsTheLogJSON: go-redis' own message about a Redis it cannot reach
 // arrives as a JSON record of component redis, at debug level (the client's hook reports the
@@ -42,7 +24,7 @@ func TestRedisLoggerKeepsTheLogJSON(t *testing.T) {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close()) // nothing listens there now
 
-	var out lockedBuffer
+	var out testlog.Buffer
 	installRedisLogger(slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer rdb.Close()
@@ -63,7 +45,7 @@ func TestRedisLoggerKeepsTheLogJSON(t *testing.T) {
 	}
 
 	// At the default level the dial failure is left out; any other message is a warning.
-	var info lockedBuffer
+	var info testlog.Buffer
 	quiet := redisLogger{log: slog.New(slog.NewJSONHandler(&info, nil)).With("component", "redis")}
 	quiet.Printf(ctx, "redis: connection pool: failed to dial after %d attempts: %v", 5, "refused")
 	require.Empty(t, info.String())

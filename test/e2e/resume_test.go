@@ -48,15 +48,8 @@ func TestRestartResumesAndAttributes(t *testing.T) {
 		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", patched), "v2")
 	}), "the folder must equal the cluster: %v", m.files(t))
 
-	// Each change line of the commits made since: "<op> <group>/<resource> <ns>/<name> ...".
-	byObject := map[string]string{}
-	for _, c := range m.changeLines(t, len(before)) {
-		author, line, _ := strings.Cut(c, "|")
-		fields := strings.Fields(line)
-		_, name, _ := strings.Cut(fields[2], "/")
-		require.NotEqual(t, "keep", name, "a commit lists an unchanged object: %q", c)
-		byObject[name] = author + " " + fields[0]
-	}
+	byObject := m.lastChanges(t, len(before))
+	require.NotContains(t, byObject, "keep", "a commit lists an unchanged object")
 	require.Equal(t, map[string]string{"born": "bob create", "patched": "bob update", "doomed": "alice delete"}, byObject,
 		"a change made while nothing watched must be authored by who made it")
 }
@@ -95,6 +88,21 @@ func (m *mirror) changeLines(t *testing.T, skip int) []string {
 		}
 	}
 	return lines
+}
+
+// lastChanges returns, for each object named by a change line of the commits of main after the
+// first skip, "<author> <op>" of its last one (change lines read "<op> <group>/<resource>
+// <ns>/<name> ...").
+func (m *mirror) lastChanges(t *testing.T, skip int) map[string]string {
+	t.Helper()
+	byObject := map[string]string{}
+	for _, c := range m.changeLines(t, skip) {
+		author, line, _ := strings.Cut(c, "|")
+		fields := strings.Fields(line)
+		_, name, _ := strings.Cut(fields[2], "/")
+		byObject[name] = author + " " + fields[0]
+	}
+	return byObject
 }
 
 // kubescribe killed (SIGKILL) in the middle of a stream of changes by two users, more changes
@@ -331,14 +339,7 @@ func TestRestartRestoresWhatTheBranchLost(t *testing.T) {
 	}
 	require.True(t, poll(90*time.Second, restored), "the folder must equal the cluster: %v", m.files(t))
 	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless the foreign commit is kept
-	byObject := map[string]string{}
-	for _, c := range m.changeLines(t, len(before)) {
-		author, line, _ := strings.Cut(c, "|")
-		fields := strings.Fields(line)
-		_, name, _ := strings.Cut(fields[2], "/")
-		byObject[name] = author + " " + fields[0]
-	}
-	require.Equal(t, map[string]string{"born": "bob create", "removed": committer + " create", "edited": committer + " update"}, byObject,
+	require.Equal(t, map[string]string{"born": "bob create", "removed": committer + " create", "edited": committer + " update"}, m.lastChanges(t, len(before)),
 		"only the files the branch lost are restored, by the committer; bob's create is his")
 
 	// The branch deleted while nothing runs: the restart writes every object again.
