@@ -41,7 +41,7 @@ type plan struct {
 	// counted is set once the plan was counted in kubescribe_git_commits_total.
 	counted bool
 	// covered is what the last materialization covered: the changes, with each sweep
-	// replaced by the deletions it implied on that parent.
+	// followed by the deletions it implied on that parent (expandSweeps).
 	covered []attribution.AttributedChange
 	// folderTree is the target folder's tree in the materialized commit.
 	folderTree plumbing.Hash
@@ -708,11 +708,16 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	// is written, and only that is named in the message.
 	last := make(map[string]int, len(covered))
 	for i, c := range covered {
-		last[ObjectPath(p.targetPath, c.Change)] = i
+		if c.Op != watch.OpSweep { // a sweep writes nothing itself
+			last[ObjectPath(p.targetPath, c.Change)] = i
+		}
 	}
 	root := &editNode{children: map[string]*editNode{}}
 	var effective []attribution.AttributedChange
 	for i, c := range covered {
+		if c.Op == watch.OpSweep {
+			continue
+		}
 		path := ObjectPath(p.targetPath, c.Change)
 		if last[path] != i {
 			continue
@@ -845,15 +850,17 @@ func (tb treeBuilder) subtree(root plumbing.Hash, p string) (*parsedTree, error)
 	return tb.lookup(h)
 }
 
-// expandSweeps replaces each sweep among changes by the deletions it implies on the tree root:
+// expandSweeps follows each sweep among changes by the deletions it implies on the tree root:
 // one snapshot delete per file of the sweep's resource, in the target's folder and the sweep's
 // namespace scope, whose object is not among those the sweep keeps. Nothing outside the
-// target's folder, nor of another resource, is ever swept.
+// target's folder, nor of another resource, is ever swept. The sweep itself stays, writing
+// nothing, so that it is reported with the changes its window delivers: a retarget waits for it
+// (Router.TargetStatus counts it) even when it implies no deletion.
 func (tb treeBuilder) expandSweeps(root plumbing.Hash, targetPath string, changes []attribution.AttributedChange) ([]attribution.AttributedChange, error) {
 	out := make([]attribution.AttributedChange, 0, len(changes))
 	for _, c := range changes {
+		out = append(out, c)
 		if c.Op != watch.OpSweep {
-			out = append(out, c)
 			continue
 		}
 		base := strings.TrimPrefix(path.Join("/", targetPath), "/")

@@ -365,16 +365,14 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 			"cluster", ac.Cluster, "destination", ac.Destination, "routed", rt.id(), "resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
 		return
 	}
-	if ac.Op != watch.OpSweep { // a sweep is reported as the deletions it implies, if any
-		r.countMu.Lock()
-		c := r.counts[ac.Target]
-		if c.stream != rt.id() {
-			c = streamCount{stream: rt.id()}
-		}
-		c.submitted++
-		r.counts[ac.Target] = c
-		r.countMu.Unlock()
+	r.countMu.Lock()
+	c := r.counts[ac.Target]
+	if c.stream != rt.id() {
+		c = streamCount{stream: rt.id()}
 	}
+	c.submitted++
+	r.counts[ac.Target] = c
+	r.countMu.Unlock()
 	rt.worker.worker.Submit(rt.path, ac)
 }
 
@@ -515,9 +513,11 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 		if !ok || rt.foreign(c) {
 			continue
 		}
-		changes = append(changes, c)
+		if c.Op != watch.OpSweep { // a sweep names no object of a cursor
+			changes = append(changes, c)
+		}
 		if sweptFile := c.Op == watch.OpDelete && c.UID == ""; sweptFile {
-			continue // a deletion a sweep implied: the sweep was not counted
+			continue // a deletion a sweep implied: the sweep itself is counted
 		}
 		if n, ok := r.counts[c.Target]; ok && n.stream == rt.id() {
 			n.done++

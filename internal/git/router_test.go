@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -208,6 +209,13 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	moved.Destination = "main:new"
 	r.Deliver(by("alice", "a3", moved))
 	require.Equal(t, 1, r.TargetStatus(tenants).Unpushed)
+
+	// The stream's sweep counts too, though it removes nothing: until it is through, the move
+	// may still have deletions to push.
+	sweep := watch.Change{Cluster: "prod", Target: tenants, GVR: configMaps, Scope: "shop", Op: watch.OpSweep,
+		Keep: map[string]bool{"shop/settings": true}, Destination: "main:new", Snapshot: true}
+	r.Deliver(attribution.AttributedChange{Change: sweep})
+	require.Equal(t, 2, r.TargetStatus(tenants).Unpushed)
 
 	require.Eventually(t, func() bool { return r.TargetStatus(tenants).Unpushed == 0 }, 30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {

@@ -74,8 +74,8 @@ func TestSweepRemovesOnlyTheGoneObjectsOfItsResourceAndFolder(t *testing.T) {
 	for _, c := range last.Changes {
 		covered = append(covered, string(c.Op)+" "+c.Namespace+"/"+c.Name)
 	}
-	require.ElementsMatch(t, []string{"create shop/kept", "create shop/fresh", "delete shop/gone"}, covered,
-		"the commit covers every change, so the cursors advance past them all")
+	require.ElementsMatch(t, []string{"create shop/kept", "create shop/fresh", "sweep /", "delete shop/gone"}, covered,
+		"the commit covers every change, so the cursors advance past them all, and the sweep, so a retarget can wait for it")
 
 	// A sweep of all namespaces keeping everything, and an unchanged object: no commit, settled.
 	tw.Submit("prod", snapshotOf(cmChange(watch.OpCreate, "shop", "kept", "1")))
@@ -84,12 +84,12 @@ func TestSweepRemovesOnlyTheGoneObjectsOfItsResourceAndFolder(t *testing.T) {
 		tw.pushes.mu.Lock()
 		defer tw.pushes.mu.Unlock()
 		for _, r := range tw.pushes.results {
-			if len(r.Commits) == 0 && len(r.Settled) == 1 && r.Settled[0].Name == "kept" {
+			if len(r.Commits) == 0 && len(r.Settled) == 2 && r.Settled[0].Name == "kept" && r.Settled[1].Op == watch.OpSweep {
 				return true
 			}
 		}
 		return false
-	}, 20*time.Second, 10*time.Millisecond, "the no-op change is reported as settled")
+	}, 20*time.Second, 10*time.Millisecond, "the no-op change and the sweep are reported as settled")
 	require.Len(t, tw.pushes.commits(), 3)
 
 	// A sweep of all namespaces removes what it does not keep in every namespace.

@@ -241,3 +241,33 @@ func TestRetargetSourceCluster(t *testing.T) {
 	require.Contains(t, m.git(t, "show", "main:"+remoteFile), "remote")
 	require.Contains(t, meta.FindStatusCondition(tg.Status.Conditions, v1alpha1.ConditionRetargeting).Message, "left in place")
 }
+
+// TestRetargetBackSettlesAfterTheSweep: a GitTarget moves from folder "a" to "b", an object is
+// deleted there, and the target moves back to "a", which still holds that object's file. The
+// stream's sweep removes it, and the move settles only once that deletion is pushed: a reader
+// who sees Retargeted finds the folder equal to the cluster.
+func TestRetargetBackSettlesAfterTheSweep(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-moveback", "a", []string{"alice"}, configMapWriters, watchConfigMaps)
+	cms := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns)
+	for _, name := range []string{"x", "y"} {
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	in := func(folder, name string) string { return folder + "/" + m.ns + "/core/configmaps/" + name + ".yaml" }
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{in("a", "x"), in("a", "y")}) }), "files: %v", m.files(t))
+	targets := dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns)
+	move := func(folder string) {
+		t.Helper()
+		_, err := targets.Patch(ctx, "target", types.MergePatchType, []byte(`{"spec":{"path":"`+folder+`"}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		waitRetargeted(t, m.ns, v1alpha1.Destination{Branch: "main", Path: folder})
+	}
+	move("b")
+	require.NoError(t, cms.Delete(ctx, "y", metav1.DeleteOptions{}))
+	require.True(t, poll(60*time.Second, func() bool { return !slices.Contains(m.files(t), in("b", "y")) }), "files: %v", m.files(t))
+	require.Contains(t, m.files(t), in("a", "y"), "the folder left behind is not touched")
+
+	move("a")
+	require.Equal(t, []string{in("a", "x"), in("b", "x")}, m.files(t), "settled only once the sweep's deletion is pushed")
+}
