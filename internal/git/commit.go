@@ -45,6 +45,9 @@ type plan struct {
 	covered []attribution.AttributedChange
 	// folderTree is the target folder's tree in the materialized commit.
 	folderTree plumbing.Hash
+	// restored counts the Unchanged changes the materialized commit writes: files the branch
+	// lost (another writer removed or edited them) that are written again.
+	restored int
 }
 
 func (p *plan) info() CommitInfo {
@@ -714,6 +717,7 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	}
 	root := &editNode{children: map[string]*editNode{}}
 	var effective []attribution.AttributedChange
+	p.restored = 0
 	for i, c := range covered {
 		if c.Op == watch.OpSweep {
 			continue
@@ -751,6 +755,9 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		}
 		root.add(path, leaf)
 		effective = append(effective, c)
+		if c.Unchanged {
+			p.restored++
+		}
 	}
 	p.covered = covered
 	if len(effective) == 0 {

@@ -613,6 +613,9 @@ func (w *Worker) committed(p *plan, sha plumbing.Hash) {
 	if !p.counted {
 		p.counted = true
 		w.opts.Metrics.commitCreated()
+		if p.restored > 0 {
+			w.log.Info("restoring files the branch lost since they were pushed", "target", p.target.String(), "files", p.restored)
+		}
 	}
 	w.log.Debug("committed", "sha", sha.String(), "changes", len(p.changes), "author", p.author.Name)
 }

@@ -353,6 +353,9 @@ func TestUnchangedChangeChecksTheBranchAsItIsNow(t *testing.T) {
 	body := runGit(t, "", "--git-dir="+gitDir, "log", "-1", "--format=%B", "main")
 	require.Contains(t, body, "create core/configmaps demo/lost")
 	require.NotContains(t, body, "demo/kept", "an unchanged object whose file is there is not listed")
+	logs := tw.logs.String()
+	require.Equal(t, 1, strings.Count(logs, `msg="restoring files the branch lost since they were pushed"`), "the restore is logged once: %s", logs)
+	require.Contains(t, logs, "target=kubescribe/tenants files=1")
 }
 
 func TestRemoteUnavailable(t *testing.T) {
