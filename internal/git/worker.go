@@ -193,9 +193,9 @@ type Worker struct {
 	remoteSeen time.Time // real clock
 	// recheck is set when a plan must be built on the remote branch as it is now, not as last
 	// seen: its Unchanged changes make a commit only where the branch lost their files.
-	recheck bool
-	localTip                 plumbing.Hash // newest local commit
-	stale                    bool          // plans must be rebuilt on remoteTip before pushing
+	recheck  bool
+	localTip plumbing.Hash // newest local commit
+	stale    bool          // plans must be rebuilt on remoteTip before pushing
 	// remoteGone is set when a fetch found the remote branch deleted: the next push creates it
 	// again, without requiring the remote branch to be at remoteTip.
 	remoteGone bool
