@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -228,13 +227,9 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	}
 	cfg := &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
 	if a.opts.AdmissionClientCAFile != "" {
-		pem, err := os.ReadFile(a.opts.AdmissionClientCAFile)
+		pool, err := loadClientCA("admission", a.opts.AdmissionClientCAFile)
 		if err != nil {
-			return fmt.Errorf("reading the admission client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("admission client CA %s holds no PEM certificate", a.opts.AdmissionClientCAFile)
+			return err
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
 	}
@@ -317,13 +312,9 @@ func (a *App) auditSecurity() (*tls.Config, audit.Authenticator, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if a.opts.AuditClientCAFile != "" {
-		pem, err := os.ReadFile(a.opts.AuditClientCAFile)
+		pool, err := loadClientCA("audit", a.opts.AuditClientCAFile)
 		if err != nil {
-			return nil, authn, fmt.Errorf("reading the audit client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, authn, fmt.Errorf("audit client CA %s holds no PEM certificate", a.opts.AuditClientCAFile)
+			return nil, authn, err
 		}
 		cfg.ClientCAs = pool
 		// A certificate, when given, must verify; a request without one may still carry a token.

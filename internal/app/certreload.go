@@ -3,6 +3,7 @@ package app
 import (
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -81,4 +82,18 @@ func (r *certReloader) reloadLocked() {
 	}
 	r.cert, r.stamp, r.badStamp = &cert, stamp, ""
 	r.log.Info("reloaded the serving certificate", "cert", r.certFile)
+}
+
+// loadClientCA reads the PEM bundle at path that verifies the client certificates of the
+// listener named what ("audit", "admission").
+func loadClientCA(what, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s client CA: %w", what, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s client CA %s holds no PEM certificate", what, path)
+	}
+	return pool, nil
 }

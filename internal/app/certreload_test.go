@@ -57,3 +57,22 @@ func TestCertReloader(t *testing.T) {
 	require.NoError(t, os.WriteFile(certFile, []byte("not a certificate"), 0o600))
 	require.Equal(t, "second", servedCN(t, r), "a broken update keeps the previous certificate")
 }
+
+// TestLoadClientCA: a CA bundle file that is missing or holds no certificate is refused with
+// the listener's name and the file; a real one becomes the pool.
+func TestLoadClientCA(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := controlplane.NewCA("test")
+	require.NoError(t, err)
+	good, bad := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "bad.crt")
+	require.NoError(t, os.WriteFile(good, ca.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte("not a certificate"), 0o600))
+
+	pool, err := loadClientCA("audit", good)
+	require.NoError(t, err)
+	require.NotNil(t, pool)
+	_, err = loadClientCA("audit", filepath.Join(dir, "missing.crt"))
+	require.ErrorContains(t, err, "reading the audit client CA")
+	_, err = loadClientCA("admission", bad)
+	require.ErrorContains(t, err, "admission client CA "+bad+" holds no PEM certificate")
+}
