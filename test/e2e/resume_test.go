@@ -368,3 +368,37 @@ func mkTree(t *testing.T, gitDir, lines string) string {
 	run(lines, "update-index", "--index-info")
 	return run("", "write-tree")
 }
+
+// The branch is deleted on the server and its objects garbage-collected while kubescribe runs:
+// the worker's next push sends only its new objects, which no longer connect to anything the
+// server holds, and is refused (PushFailed). A restart heals it: the worker starts from the
+// missing branch and the stream hands every object over, so the branch is created again with
+// the whole folder, and the change made meanwhile keeps its author.
+func TestGarbageCollectedBranchHealsAtRestart(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-gcbranch", "", []string{"alice"}, configMapWriters, watchConfigMaps)
+	alice := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns)
+	_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "first"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{file("first")}) }), "files: %v", m.files(t))
+	committer := strings.Split(m.commits(t)[0], "|")[2]
+
+	m.git(t, "update-ref", "-d", "refs/heads/main")
+	m.git(t, "reflog", "expire", "--expire=now", "--all")
+	m.git(t, "gc", "--quiet", "--prune=now")
+	objects := m.git(t, "count-objects", "-v")
+	require.Contains(t, objects, "count: 0", "the server kept no object: %s", objects)
+	require.Contains(t, objects, "in-pack: 0", "the server kept no object: %s", objects)
+	_, err = alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitReady(t, v1alpha1.GitTargetsResource, m.ns, "target", metav1.ConditionFalse, v1alpha1.ReasonPushFailed)
+	require.Nil(t, m.files(t), "the refused push created nothing")
+
+	require.NoError(t, env.StopKubescribe())
+	require.NoError(t, env.StartKubescribe(ctx))
+	require.True(t, poll(90*time.Second, func() bool { return slices.Equal(m.files(t), []string{file("first"), file("second")}) }),
+		"the branch must be created again with every file: %v", m.files(t))
+	require.Equal(t, map[string]string{"first": committer + " create", "second": "alice create"}, m.lastChanges(t, 0))
+	waitReady(t, v1alpha1.GitTargetsResource, m.ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
+}
