@@ -513,7 +513,9 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 		if !ok || rt.foreign(c) {
 			continue
 		}
-		if c.Op != watch.OpSweep { // a sweep names no object of a cursor
+		// A sweep names no object of a cursor; the cursor holds an unchanged object's version
+		// already (that is what made it unchanged), whether its file was there or written again.
+		if c.Op != watch.OpSweep && !c.Unchanged {
 			changes = append(changes, c)
 		}
 		if sweptFile := c.Op == watch.OpDelete && c.UID == ""; sweptFile {

@@ -159,9 +159,30 @@ func TestRouterAdvancesCursorsAfterPush(t *testing.T) {
 		return len(cursors.changes) == 1
 	}, 30*time.Second, 10*time.Millisecond)
 	cursors.mu.Lock()
-	defer cursors.mu.Unlock()
 	require.Equal(t, "settings", cursors.changes[0].Name)
 	require.Equal(t, "uid-settings", cursors.changes[0].UID)
+	cursors.mu.Unlock()
+
+	// An unchanged object of a resumed stream: its cursor already holds that very version,
+	// whether its file was there (settled) or written again (pushed), so nothing is written to
+	// Redis for it; the change after it is.
+	for _, name := range []string{"settings", "limits"} {
+		c := cmChange(watch.OpUpdate, "shop", name, "v1")
+		c.Snapshot, c.Unchanged = true, true
+		r.Deliver(attribution.AttributedChange{Change: c})
+	}
+	r.Deliver(by("alice", "a2", cmChange(watch.OpUpdate, "shop", "settings", "v2")))
+	require.Eventually(t, func() bool { return r.TargetStatus(tenants).Unpushed == 0 && r.TargetStatus(tenants).LastCommit != "" }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		cursors.mu.Lock()
+		defer cursors.mu.Unlock()
+		return len(cursors.changes) == 2
+	}, 30*time.Second, 10*time.Millisecond)
+	cursors.mu.Lock()
+	defer cursors.mu.Unlock()
+	for _, c := range cursors.changes {
+		require.False(t, c.Unchanged, "%s/%s", c.Namespace, c.Name)
+	}
 }
 
 // TestRouterFollowsTheDestinationStream: the router counts a target's changes for its current
