@@ -304,22 +304,8 @@ func TestRestartRestoresWhatTheBranchLost(t *testing.T) {
 
 	require.NoError(t, env.StopKubescribe())
 	// carol removes one file and rewrites another, straight into the server's repository.
-	tip := m.git(t, "rev-parse", "main")
 	tampered := strings.Replace(m.git(t, "show", "main:"+file("edited")), "k: v1", "k: tampered", 1) + "\n"
-	edited := strings.TrimSpace(gitStdin(t, m.repoDir, tampered, "hash-object", "-w", "--stdin"))
-	var tree strings.Builder
-	for _, l := range strings.Split(m.git(t, "ls-tree", "-r", "main"), "\n") {
-		switch {
-		case strings.HasSuffix(l, "\t"+file("removed")):
-		case strings.HasSuffix(l, "\t"+file("edited")):
-			fmt.Fprintf(&tree, "100644 blob %s\t%s\n", edited, file("edited"))
-		default:
-			tree.WriteString(l + "\n")
-		}
-	}
-	foreign := strings.TrimSpace(gitStdin(t, m.repoDir, "carol's cleanup\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com",
-		"commit-tree", mkTree(t, m.repoDir, tree.String()), "-p", tip))
-	m.git(t, "update-ref", "refs/heads/main", foreign, tip)
+	foreign := m.carolCommits(t, "carol's cleanup", map[string]string{file("removed"): "", file("edited"): tampered})
 	_, err := bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "born"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	before := m.commits(t)
@@ -352,21 +338,37 @@ func TestRestartRestoresWhatTheBranchLost(t *testing.T) {
 	require.Equal(t, committer, strings.Split(commits[0], "|")[0], "nobody changed the objects: the committer writes them again")
 }
 
-// mkTree writes a tree from `git ls-tree -r` lines (paths with directories) into a bare
-// repository and returns its hash.
-func mkTree(t *testing.T, gitDir, lines string) string {
+// carolCommits commits onto main, straight into the server's repository as another writer
+// would, the branch's files with edits: a path mapped to "" is removed, any other content is
+// written there. It returns the new commit.
+func (m *mirror) carolCommits(t *testing.T, message string, edits map[string]string) string {
 	t.Helper()
 	index := t.TempDir() + "/index"
 	run := func(stdin string, args ...string) string {
-		cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
+		cmd := exec.Command("git", append([]string{"--git-dir", m.repoDir}, args...)...)
 		cmd.Env = append(cmd.Environ(), "GIT_INDEX_FILE="+index)
 		cmd.Stdin = strings.NewReader(stdin)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
 		return strings.TrimSpace(string(out))
 	}
-	run(lines, "update-index", "--index-info")
-	return run("", "write-tree")
+	tip := m.git(t, "rev-parse", "main")
+	var tree strings.Builder
+	for _, l := range strings.Split(m.git(t, "ls-tree", "-r", "main"), "\n") {
+		_, path, _ := strings.Cut(l, "\t")
+		if _, edited := edits[path]; !edited {
+			tree.WriteString(l + "\n")
+		}
+	}
+	for path, content := range edits {
+		if content != "" {
+			fmt.Fprintf(&tree, "100644 blob %s\t%s\n", run(content, "hash-object", "-w", "--stdin"), path)
+		}
+	}
+	run(tree.String(), "update-index", "--index-info")
+	commit := run(message+"\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com", "commit-tree", run("", "write-tree"), "-p", tip)
+	m.git(t, "update-ref", "refs/heads/main", commit, tip)
+	return commit
 }
 
 // The branch is deleted on the server and its objects garbage-collected while kubescribe runs:

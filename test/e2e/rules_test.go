@@ -287,16 +287,7 @@ func TestNamespaceBackInTheSelectionResumes(t *testing.T) {
 
 	_, err = bob.Patch(ctx, "one", types.MergePatchType, []byte(`{"data":{"k":"v2"}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
-	tip := m.git(t, "rev-parse", "main")
-	var tree strings.Builder
-	for _, l := range strings.Split(m.git(t, "ls-tree", "-r", "main"), "\n") {
-		if !strings.HasSuffix(l, "\t"+two) {
-			tree.WriteString(l + "\n")
-		}
-	}
-	foreign := strings.TrimSpace(gitStdin(t, m.repoDir, "carol removes two\n", "-c", "user.name=carol", "-c", "user.email=carol@example.com",
-		"commit-tree", mkTree(t, m.repoDir, tree.String()), "-p", tip))
-	m.git(t, "update-ref", "refs/heads/main", foreign, tip)
+	foreign := m.carolCommits(t, "carol removes two", map[string]string{two: ""})
 	before := m.commits(t)
 
 	relabel("yes")
