@@ -300,7 +300,7 @@ func restart(ctx context.Context, c config, s *stack.Stack, bin, repoDir string,
 	mon = newMonitor(pid, "", c.dir)
 	mon.resetPeak("restart")
 	if err := waitFor(ctx, c.snapshotTimeout, 200*time.Millisecond, func() (bool, string) {
-		m := metrics(s.OpsURL)
+		m, _ := metrics(s.OpsURL) // an unreadable page reads as nothing passed yet
 		joined := m[`kubescribe_attribution_joins_total{result="snapshot"}`]
 		waiting := m["kubescribe_attribution_pending_changes"] + m["kubescribe_git_pending_changes"]
 		return joined >= float64(c.objects) && waiting == 0, fmt.Sprintf("%.0f of %d objects passed the join, %.0f changes held", joined, c.objects, waiting)
@@ -314,25 +314,25 @@ func restart(ctx context.Context, c config, s *stack.Stack, bin, repoDir string,
 	return mon, nil
 }
 
-// metrics reads the unlabelled and labelled samples of the server's /metrics, by their whole
-// name ("name{labels}"); an unreadable page is an empty map.
-func metrics(opsURL string) map[string]float64 {
-	v := map[string]float64{}
+// metrics reads the samples of the server's /metrics, by their whole name ("name" or
+// "name{labels}").
+func metrics(opsURL string) (map[string]float64, error) {
 	resp, err := http.Get(opsURL + "/metrics")
 	if err != nil {
-		return v
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return v
+		return nil, err
 	}
+	v := map[string]float64{}
 	for _, l := range strings.Split(string(b), "\n") {
 		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
 			v[l[:i]], _ = strconv.ParseFloat(l[i+1:], 64)
 		}
 	}
-	return v
+	return v, nil
 }
 
 // waitFacts waits until Redis holds at least n keys and their number stays the same for two
@@ -682,26 +682,14 @@ func mib(kib int) float64 { return float64(kib) / 1024 }
 // collected yet), stacks, and the runtime's own structures (GC metadata, spans, profiling
 // buckets, other). Unlike a heap profile it allocates next to nothing in the server.
 func runtimeMemory(opsURL string) string {
-	resp, err := http.Get(opsURL + "/metrics")
+	v, err := metrics(opsURL)
 	if err != nil {
 		return fmt.Sprintf("runtime memory: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Sprintf("runtime memory: %v", err)
-	}
-	v := map[string]float64{}
-	for _, l := range strings.Split(string(b), "\n") {
-		name, value, ok := strings.Cut(l, " ")
-		if ok && strings.HasPrefix(name, "go_memstats_") {
-			v[strings.TrimPrefix(name, "go_memstats_")], _ = strconv.ParseFloat(value, 64)
-		}
 	}
 	mb := func(names ...string) float64 {
 		sum := 0.0
 		for _, n := range names {
-			sum += v[n]
+			sum += v["go_memstats_"+n]
 		}
 		return sum / (1 << 20)
 	}
