@@ -518,12 +518,7 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 		if c.Op != watch.OpSweep && !c.Unchanged {
 			changes = append(changes, c)
 		}
-		if sweptFile := c.Op == watch.OpDelete && c.UID == ""; sweptFile {
-			continue // a deletion a sweep implied: the sweep itself is counted
-		}
-		if n, ok := r.counts[c.Target]; ok && n.stream == rt.id() {
-			n.done++
-			r.counts[c.Target] = n
+		if r.countDoneLocked(c, rt) {
 			counted[c.Target] = true
 		}
 	}
@@ -552,6 +547,22 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 	}
 	r.mu.Unlock()
 	r.notify(targets...)
+}
+
+// countDoneLocked counts c, a change of the target rt routes, as done for the target's current
+// destination, and reports whether it did. A deletion a sweep implied is not counted: the sweep
+// itself is. r.countMu must be held.
+func (r *Router) countDoneLocked(c watch.Change, rt route) bool {
+	if c.Op == watch.OpDelete && c.UID == "" {
+		return false
+	}
+	n, ok := r.counts[c.Target]
+	if !ok || n.stream != rt.id() {
+		return false
+	}
+	n.done++
+	r.counts[c.Target] = n
+	return true
 }
 
 // targetsOf lists the targets a worker writes for.

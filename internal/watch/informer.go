@@ -200,12 +200,17 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range added {
-		spec := subs[t]
-		sub := &subscription{target: t, destination: spec.destination, ops: spec.ops, excludeFieldManagers: spec.excludeFieldManagers, excludeUsers: spec.excludeUsers,
-			seen: map[types.UID][32]byte{}, cursor: cursors[t], listed: map[string]bool{}}
-		s.subs[t] = sub
-		s.primeLocked(sub)
+		s.subscribeLocked(t, subs[t], cursors[t])
 	}
+}
+
+// subscribeLocked subscribes target afresh, resuming from cursor: it is handed the informer's
+// whole state (primeLocked).
+func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subscriptionSpec, cursor Cursor) {
+	sub := &subscription{target: target, destination: spec.destination, ops: spec.ops, excludeFieldManagers: spec.excludeFieldManagers, excludeUsers: spec.excludeUsers,
+		seen: map[types.UID][32]byte{}, cursor: cursor, listed: map[string]bool{}}
+	s.subs[target] = sub
+	s.primeLocked(sub)
 }
 
 // loadCursor reads a new subscriber's resume cursor. Without one (no store, or Redis does not

@@ -154,11 +154,18 @@ func TestRetargetPathAndBranch(t *testing.T) {
 // carries want in its message.
 func retargetedEventNaming(t *testing.T, ns, want string) bool {
 	t.Helper()
+	return targetEventNaming(t, ns, corev1.EventTypeNormal, v1alpha1.ReasonRetargeted, want)
+}
+
+// targetEventNaming reports whether an event of type and reason about GitTarget "target" of
+// ns carries want in its message.
+func targetEventNaming(t *testing.T, ns, eventType, reason, want string) bool {
+	t.Helper()
 	list, err := clientFor(t, "admin").CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	for _, e := range list.Items {
-		if e.Reason == v1alpha1.ReasonRetargeted && e.InvolvedObject.Kind == "GitTarget" && e.InvolvedObject.Name == "target" &&
-			e.Type == corev1.EventTypeNormal && strings.Contains(e.Message, want) {
+		if e.Reason == reason && e.InvolvedObject.Kind == "GitTarget" && e.InvolvedObject.Name == "target" &&
+			e.Type == eventType && strings.Contains(e.Message, want) {
 			return true
 		}
 	}
