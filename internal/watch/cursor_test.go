@@ -264,3 +264,43 @@ func TestCursorStoreDrops(t *testing.T) {
 	require.True(t, known(other))
 	require.True(t, known(lookalike))
 }
+
+// TestReplayHandsTheStateOverAgain: Replay gives a subscribed target its whole state again from
+// its cursor as it is now (objects it holds in their version come Unchanged, the others
+// Resumed, then the sweep), on every stream of the target and only the target's; another
+// target of the same informer is handed nothing.
+func TestReplayHandsTheStateOverAgain(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("pushed", "1", map[string]any{"a": "1"}), configMap("unpushed", "2", map[string]any{"b": "1"}))
+	cursors := &fakeCursors{cursors: map[StreamID]Cursor{}}
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	other := types.NamespacedName{Namespace: "demo", Name: "other"}
+	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	collectUntilSweep(t, changes)
+	m.Set("demo/other", []StreamSpec{{Target: other, GVR: configMaps, Namespace: "demo"}})
+	collectUntilSweep(t, changes)
+	require.Zero(t, m.Replay(types.NamespacedName{Namespace: "demo", Name: "nobody"}))
+
+	// One object was pushed since.
+	cursors.mu.Lock()
+	cursors.cursors[StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}] = Cursor{Known: true,
+		Objects: map[string]CursorEntry{"demo/pushed": {UID: "uid-pushed", ResourceVersion: "1"}}}
+	cursors.mu.Unlock()
+	require.Equal(t, 1, m.Replay(target))
+	got, sweep := collectUntilSweep(t, changes)
+	require.Len(t, got, 2)
+	for _, c := range got {
+		require.Equal(t, target, c.Target)
+	}
+	require.True(t, got["pushed"].Snapshot && got["pushed"].Unchanged)
+	require.True(t, got["unpushed"].Snapshot && got["unpushed"].Resumed && !got["unpushed"].Unchanged)
+	require.Equal(t, target, sweep.Target)
+	require.Equal(t, map[string]bool{"demo/pushed": true, "demo/unpushed": true}, sweep.Keep)
+	select {
+	case c := <-changes:
+		t.Fatalf("nothing else is handed over: %+v", c)
+	default:
+	}
+}

@@ -213,6 +213,26 @@ func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subsc
 	s.primeLocked(sub)
 }
 
+// replay hands target's subscription the whole state again, resuming from its cursor as a new
+// subscription would; it reports whether target subscribes to this informer.
+func (s *sharedInformer) replay(target types.NamespacedName) bool {
+	s.mu.Lock()
+	sub, ok := s.subs[target]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	spec := subscriptionSpec{destination: sub.destination, ops: sub.ops, excludeFieldManagers: sub.excludeFieldManagers, excludeUsers: sub.excludeUsers}
+	cursor := s.loadCursor(target, spec.destination)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs[target] != sub {
+		return true // subscribed again meanwhile: handed the whole state already
+	}
+	s.subscribeLocked(target, spec, cursor)
+	return true
+}
+
 // loadCursor reads a new subscriber's resume cursor. Without one (no store, or Redis does not
 // answer) the target is handed the whole state as a snapshot and its folder is swept, which
 // loses nothing but the authors of changes made while nothing watched.

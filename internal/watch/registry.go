@@ -358,6 +358,23 @@ func (c *Cluster) Remove(owner string) {
 	c.reconcileLocked()
 }
 
+// Replay hands target its whole state again, on every stream of this cluster it subscribes
+// to, as a restart would: each stream resumes from its cursor, so an object the cursor holds in
+// its version comes as Unchanged, one changed since the last push as Resumed, and a sweep
+// follows. The writer asks for it when it lost what the branch held (a branch started over).
+// It returns the number of streams replayed.
+func (c *Cluster) Replay(target types.NamespacedName) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, inf := range c.informers {
+		if inf.replay(target) {
+			n++
+		}
+	}
+	return n
+}
+
 // Status reports whether every stream owner wants has delivered its initial state, and the
 // first watch error among them.
 func (c *Cluster) Status(owner string) (synced bool, err error) {
