@@ -53,6 +53,14 @@ const (
 	ReasonRetargeted string = "Retargeted"
 )
 
+// Reason of the Warning event recorded on a GitTarget whose branch was started over.
+const (
+	// ReasonBranchStartedOver: the branch was deleted and the server garbage-collected its
+	// history, so it refused kubescribe's next push; kubescribe created the branch again from
+	// the cluster (every file written again, changes not pushed yet replayed with their authors).
+	ReasonBranchStartedOver string = "BranchStartedOver"
+)
+
 // Reasons of the ResourcesResolved condition.
 const (
 	// ReasonResolved: every entry of the rules resolved to at least one resource.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,9 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	if !exists {
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)
+		c.mu.Lock()
+		delete(c.startOvers, name)
+		c.mu.Unlock()
 		c.releaseSource(name, "")
 		if c.opts.Cursors != nil {
 			n, err := c.opts.Cursors.DropTarget(ctx, name)
@@ -66,6 +70,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	ready, reason, msg := c.routeTarget(name, &t)
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
+	c.replayIfStartedOver(name, &t, st)
 	if ready {
 		if st.FolderRefused != nil {
 			ready, reason = false, v1alpha1.ReasonFolderNotAdoptable
@@ -105,6 +110,27 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	}
 	c.queue.AddAfter(key{kindTarget, name}, recheck)
 	return nil
+}
+
+// replayIfStartedOver has the target's streams hand their whole state over again when its
+// branch worker started the branch over since the last sync (git.TargetStatus.StartOvers): the
+// new branch would otherwise hold only the objects that change from now on.
+func (c *Controller) replayIfStartedOver(name types.NamespacedName, t *v1alpha1.GitTarget, st git.TargetStatus) {
+	c.mu.Lock()
+	seen := c.startOvers[name]
+	c.startOvers[name] = st.StartOvers
+	c.mu.Unlock()
+	if st.StartOvers == seen {
+		return
+	}
+	streams := 0
+	if source := c.opts.Sources.Cluster(c.clusterOf(t.Spec.Destination())); source != nil {
+		streams = source.Replay(name)
+	}
+	c.log.Warn("the branch was started over; the GitTarget's streams hand their state over again",
+		"target", name.String(), "branch", st.Branch, "streams", streams)
+	c.events.Eventf(t, corev1.EventTypeWarning, v1alpha1.ReasonBranchStartedOver,
+		"branch %q was deleted and the server no longer holds its history; it is created again from the cluster (streams replayed: %d)", st.Branch, streams)
 }
 
 // routeTarget routes the target to its branch when it can be written to, or unroutes it and

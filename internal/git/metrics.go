@@ -36,6 +36,7 @@ type Metrics struct {
 	compactions  *prometheus.CounterVec
 	folderChecks *prometheus.CounterVec
 	folderFetch  *prometheus.CounterVec
+	startOvers   prometheus.Counter
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -91,6 +92,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_folder_check_fetches_total",
 			Help: "Fetches made to read a folder's files for its check, by kind: blobs (the folder's files by id) or full (the branch tip with every file, when the remote refused the ids).",
 		}, []string{"kind"}),
+		startOvers: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_branch_start_overs_total",
+			Help: "Branches a git worker started over from nothing because the server refused them back on their old history (deleted, then garbage-collected); every file is written again from the cluster.",
+		}),
 	}
 	for _, r := range []string{pushResultSuccess, pushResultRejected, pushResultError} {
 		m.pushes.WithLabelValues(r)
@@ -171,5 +176,11 @@ func (m *Metrics) folderChecked(result string) {
 func (m *Metrics) folderFetched(kind string) {
 	if m != nil {
 		m.folderFetch.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) branchStartedOver() {
+	if m != nil {
+		m.startOvers.Inc()
 	}
 }

@@ -69,6 +69,11 @@ type TargetStatus struct {
 	// FolderRefused, when set, says why the target's folder may not become a GitTarget's
 	// folder: the worker holds the target's changes, uncommitted, until the folder is fixed.
 	FolderRefused *FolderRefusedError
+	// StartOvers counts the times the worker of the target's branch started the branch over
+	// from nothing since this router started (Worker.startOver): each time, the target's
+	// streams must hand their whole state over again (watch.Cluster.Replay), or the branch
+	// comes back without the files of objects that do not change.
+	StartOvers int
 }
 
 // FolderRecord is a folder kubescribe pushed: the tree its last push left in it. The
@@ -172,6 +177,9 @@ type Router struct {
 	folders map[types.NamespacedName]FolderRecord
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
+	// startOvers counts, by target, the start-overs of the branches it was routed to
+	// (TargetStatus.StartOvers).
+	startOvers map[types.NamespacedName]int
 
 	updMu   sync.Mutex
 	updated map[types.NamespacedName]struct{}
@@ -196,7 +204,9 @@ func NewRouter(opts RouterOptions) *Router {
 		folders: map[types.NamespacedName]FolderRecord{},
 		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
-		signal:  make(chan struct{}, 1),
+
+		startOvers: map[types.NamespacedName]int{},
+		signal:     make(chan struct{}, 1),
 	}
 }
 
@@ -252,6 +262,7 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 	if forget {
 		delete(r.pushes, target)
 		delete(r.folders, target)
+		delete(r.startOvers, target)
 	}
 }
 
@@ -295,11 +306,13 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	r.mu.RLock()
 	rt, routed := r.routes[target]
 	push, pushed := r.pushes[target]
+	startOvers := r.startOvers[target]
 	r.mu.RUnlock()
 	var st TargetStatus
 	if pushed {
 		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folderTree
 	}
+	st.StartOvers = startOvers
 	if routed {
 		ws := rt.worker.worker.Status()
 		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
@@ -493,8 +506,13 @@ func (r *Router) leftFolderLocked(old route) {
 // onPushed advances the resume cursors past the changes a push delivered, and records the last
 // commit of each target it carried and the folder it left. Only the changes of a target's current destination count:
 // the cursors of a destination it left (a retarget dropped them) are not written again, and
-// neither are those of a target that has no route (a deleted one).
+// neither are those of a target that has no route (a deleted one). A start-over is reported
+// through onPushed too (startedOver).
 func (r *Router) onPushed(k workerKey, res PushResult) {
+	if res.StartedOver {
+		r.startedOver(k, res.Dropped)
+		return
+	}
 	var all []watch.Change
 	for _, ci := range res.Commits {
 		for _, c := range ci.Changes {
@@ -563,6 +581,31 @@ func (r *Router) countDoneLocked(c watch.Change, rt route) bool {
 	n.done++
 	r.counts[c.Target] = n
 	return true
+}
+
+// startedOver records that worker k started its branch over, dropping changes: they count as
+// done for their targets (their streams hand them over again, and they are counted then), and
+// every target on the branch is told to have its state handed over again.
+func (r *Router) startedOver(k workerKey, dropped []attribution.AttributedChange) {
+	r.mu.Lock()
+	r.countMu.Lock()
+	for _, c := range dropped {
+		if rt, ok := r.routes[c.Target]; ok && !rt.foreign(c.Change) {
+			r.countDoneLocked(c.Change, rt)
+		}
+	}
+	r.countMu.Unlock()
+	var targets []types.NamespacedName
+	for name, rt := range r.routes {
+		if rt.worker.key == k {
+			r.startOvers[name]++
+			targets = append(targets, name)
+		}
+	}
+	r.mu.Unlock()
+	r.log.Warn("branch started over; its GitTargets' streams hand their state over again",
+		"provider", k.provider.String(), "branch", k.branch, "targets", len(targets), "dropped", len(dropped))
+	r.notify(targets...)
 }
 
 // targetsOf lists the targets a worker writes for.

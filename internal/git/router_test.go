@@ -249,3 +249,54 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	require.Len(t, cursors.changes, 1, "only the new destination's change advances a cursor")
 	require.Equal(t, "main:new", cursors.changes[0].Destination)
 }
+
+// TestRouterStartOverAsksEveryTargetOfTheBranch: when the worker of a branch two targets share
+// starts the branch over, both targets' StartOvers grow and they are signalled; the dropped
+// change no longer counts as unpushed and advances no cursor. Their streams' replay, delivered
+// next, creates the branch again with both folders.
+func TestRouterStartOverAsksEveryTargetOfTheBranch(t *testing.T) {
+	dir, url := newBareRemote(t)
+	cursors := &recordedCursors{}
+	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors})
+	r.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
+	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
+	for _, tgt := range []types.NamespacedName{web, db} {
+		require.NoError(t, r.Route(tgt, Destination{Remote: testRemote(url), Branch: "main", Path: tgt.Name}))
+	}
+	change := func(target types.NamespacedName, name string) watch.Change {
+		c := cmChange(watch.OpCreate, "shop", name, "v1")
+		c.Target = target
+		return c
+	}
+	r.Deliver(by("alice", "a1", change(web, "front")))
+	require.Eventually(t, func() bool { return r.TargetStatus(web).LastCommit != "" }, 30*time.Second, 10*time.Millisecond)
+	deleteAndCollect(t, dir)
+	r.Changed()
+
+	r.Deliver(by("bob", "b1", change(db, "orders")))
+	require.Eventually(t, func() bool { return r.TargetStatus(db).StartOvers == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, r.TargetStatus(web).StartOvers, "every target on the branch replays")
+	require.Zero(t, r.TargetStatus(db).Unpushed, "the dropped change comes back with the replay")
+	require.ErrorContains(t, r.TargetStatus(db).LastError, "started over")
+	require.ElementsMatch(t, []types.NamespacedName{web, db}, r.Changed())
+	cursors.mu.Lock()
+	require.Len(t, cursors.changes, 1, "only the first push advanced a cursor")
+	cursors.mu.Unlock()
+
+	front := change(web, "front")
+	front.Snapshot, front.Unchanged = true, true
+	r.Deliver(attribution.AttributedChange{Change: front})
+	orders := change(db, "orders")
+	orders.Snapshot, orders.Resumed = true, true
+	r.Deliver(by("bob", "b1", orders))
+	require.Eventually(t, func() bool {
+		return r.TargetStatus(db).LastError == nil && r.TargetStatus(db).Unpushed == 0 && r.TargetStatus(web).Unpushed == 0
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"db/shop/core/configmaps/orders.yaml", "web/shop/core/configmaps/front.yaml"}, gitFiles(t, dir, "main"))
+}

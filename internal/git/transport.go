@@ -31,6 +31,11 @@ import (
 // attempted, and a fetch follows.
 var errRemoteMoved = errors.New("remote branch moved")
 
+// errHistoryLost means the server refused to create the branch again after it was deleted:
+// the new commits build on the old history, and the server no longer holds it (it was
+// garbage-collected). The worker starts the branch over (Worker.startOver).
+var errHistoryLost = errors.New("the server refused the branch back on its old history")
+
 // dial returns the transport and endpoint for the next remote operation, with the current
 // credentials.
 func (w *Worker) dial() (transport.Transport, *transport.Endpoint, transport.AuthMethod, error) {
@@ -288,6 +293,11 @@ func (w *Worker) pushPlans(ctx context.Context, n int) error {
 	req.Packfile = io.NopCloser(bytes.NewReader(pack))
 	rs, err := sess.ReceivePack(ctx, req)
 	w.opts.Metrics.pushBytes(len(pack))
+	if rs != nil && rs.Error() != nil && create && w.remoteGone {
+		// The server answered, and refused: the pack holds only the new commits' objects,
+		// which build on what it held of the deleted branch and no longer does.
+		return fmt.Errorf("%w: %w", errHistoryLost, rs.Error())
+	}
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,12 @@ type PushResult struct {
 	// Settled are changes that made no commit because the branch already held them; they are
 	// reported once nothing before them is left unpushed, with a push or on their own.
 	Settled []attribution.AttributedChange
+	// StartedOver reports, instead of a push, that the worker gave up its branch: the server
+	// lost the branch's history (see Worker.startOver). Dropped are the changes it held then,
+	// committed or not; none of them is on the remote and their resume cursors were never
+	// advanced, so their streams hand them over again when asked to.
+	StartedOver bool
+	Dropped     []attribution.AttributedChange
 }
 
 // CommitInfo is one commit and the changes it holds.
@@ -79,6 +85,10 @@ const (
 	// compactBytes is how many bytes of objects the working store may gain before it is
 	// compacted back, whatever their number.
 	compactBytes = 2 << 20
+	// replayWait bounds how long a worker that started its branch over (startOver) holds its
+	// commits back while no snapshot change has reached it: the streams' whole state is on its
+	// way, and the branch should not be created again with only the changes that came first.
+	replayWait = time.Minute
 	// idleTrimAfter is how long a worker with nothing to do waits before it lets go of what
 	// only speeds up its next commits: the working store is cut back (compact)
 	// and the parsed trees of the last commit are dropped. After 10,000 commits into a
@@ -159,6 +169,7 @@ type Worker struct {
 	idleTrim     time.Duration                   // idleTrimAfter
 	gateRecheck  time.Duration                   // defaultGateRecheck
 	gateBatch    int                             // blobBatch
+	replayHold   time.Duration                   // replayWait
 	pushFn       func(ctx context.Context) error // pushes the local branch; pushOnce
 
 	running atomic.Bool
@@ -199,6 +210,11 @@ type Worker struct {
 	// remoteGone is set when a fetch found the remote branch deleted: the next push creates it
 	// again, without requiring the remote branch to be at remoteTip.
 	remoteGone bool
+	// replayUntil is set by startOver: until a window of snapshot changes closed, or this time
+	// passed without a snapshot change arriving, nothing is pushed. replaying is set once a
+	// snapshot change arrived; the hold then lasts until its window closed.
+	replayUntil time.Time // real clock; zero = no hold
+	replaying   bool
 	// final is set for the last push attempt of shutdown; before it, a remote operation failing
 	// because Run's context ended is an interruption, not a failure.
 	final bool
@@ -232,6 +248,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		compactBytes: compactBytes,
 		gateRecheck:  defaultGateRecheck,
 		gateBatch:    blobBatch,
+		replayHold:   replayWait,
 		trees:        newTreeCache(),
 		gc:           newStoreGC(),
 		gates:        map[string]*folderGate{},
@@ -345,6 +362,9 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 	}
 	if needRemote && w.retryAt.After(time.Now()) && (next.IsZero() || w.retryAt.Before(next)) {
 		next = w.retryAt
+	}
+	if hold := w.replayUntil; !hold.IsZero() && !w.replaying && len(w.plans) > 0 && (next.IsZero() || hold.Before(next)) {
+		next = hold
 	}
 	if !w.idleSince.IsZero() && !w.trimmed {
 		if at := w.idleSince.Add(w.idleTrim); next.IsZero() || at.Before(next) {
@@ -541,6 +561,9 @@ func (w *Worker) accept(s submission) {
 		w.win = &window{key: key, opened: now, deadline: now.Add(w.opts.CommitWindow)}
 	}
 	w.win.changes = append(w.win.changes, c)
+	if c.Snapshot && !w.replayUntil.IsZero() {
+		w.replaying = true
+	}
 }
 
 // windowOpen reports whether the open window's deadline is still ahead.
@@ -556,6 +579,9 @@ func (w *Worker) committer() object.Signature {
 func (w *Worker) closeWindow() {
 	win := w.win
 	w.win = nil
+	if win.key.snapshot && w.replaying {
+		w.replayUntil, w.replaying = time.Time{}, false // the replay's commit goes with the next push
+	}
 	p := newPlan(win.key.targetPath, win.changes, w.opts.Committer, w.opts.AuthorEmailDomain, w.opts.Now())
 	if win.request != nil {
 		p.applyRequest(win.request)
@@ -703,10 +729,24 @@ func (w *Worker) sync(ctx context.Context) {
 	if time.Now().Before(w.retryAt) {
 		return // a check failed
 	}
-	if len(w.plans) > 0 {
+	if len(w.plans) > 0 && !w.holding() {
 		w.push(ctx)
 	}
 	w.compactIfDue()
+}
+
+// holding reports whether the commits wait for the streams' replay after a startOver (see
+// replayUntil).
+func (w *Worker) holding() bool {
+	if w.replayUntil.IsZero() {
+		return false
+	}
+	if !w.replaying && !time.Now().Before(w.replayUntil) {
+		w.log.Warn("no snapshot arrived after the branch was started over; pushing what there is", "waited", w.replayHold)
+		w.replayUntil = time.Time{}
+		return false
+	}
+	return true
 }
 
 // push pushes the unpushed commits; on a non-fast-forward it fetches, rebuilds them on the new
@@ -724,6 +764,11 @@ func (w *Worker) push(ctx context.Context) {
 		}
 		if w.interrupted(ctx) {
 			w.log.Info("push interrupted by shutdown; the final push attempt follows", "err", w.redact(err))
+			return
+		}
+		if errors.Is(err, errHistoryLost) {
+			w.opts.Metrics.pushed(pushResultError, time.Since(start))
+			w.startOver(err)
 			return
 		}
 		changed, ferr := w.refetch(ctx)
@@ -764,6 +809,66 @@ func (w *Worker) push(ctx context.Context) {
 		}
 	}
 	w.failures, w.retryAt = 0, time.Time{}
+}
+
+// startOver gives the branch up and starts it again from nothing, after the server refused to
+// take it back on its old history (errHistoryLost): someone deleted the branch and the server
+// garbage-collected its objects. The worker's commits build on trees the server no longer
+// holds, and the worker keeps no blobs to send them again, so it drops every change it holds:
+// committed and unpushed, settled, in the open window and queued. None of them is on the
+// remote, and no resume cursor was advanced past them. The next sync opens the missing branch
+// (an empty store). OnPushed reports StartedOver, upon which the streams of the worker's targets
+// hand their whole state over again (Router.TargetStatus.StartOvers): unchanged objects write
+// every file again, and the dropped changes come back with their authors. Nothing is pushed
+// until that replay's commit is built (holding), so the branch does not come back with only
+// the changes that happened to come first.
+func (w *Worker) startOver(err error) {
+	var dropped []attribution.AttributedChange
+	pending := 0
+	lost := func(req *CloseRequest) {
+		if req != nil {
+			w.reportClose(req.ID, CloseLost)
+		}
+	}
+	for _, p := range w.plans {
+		dropped = append(dropped, p.changes...)
+		pending += len(p.changes)
+		lost(p.request)
+	}
+	dropped = append(dropped, w.settled...)
+	if w.win != nil {
+		dropped = append(dropped, w.win.changes...)
+		pending += len(w.win.changes)
+		lost(w.win.request)
+	}
+	w.mu.Lock()
+	kept := w.queue[:0:0]
+	for _, s := range w.queue {
+		if s.forget || s.prepare || s.close != nil {
+			kept = append(kept, s) // folder bookkeeping and requests do not depend on the branch
+			continue
+		}
+		dropped = append(dropped, s.change)
+		pending++
+	}
+	w.queue = kept
+	w.status.LastCommit = ""
+	w.mu.Unlock()
+	w.addPending(-pending)
+	old := w.remoteTip
+	w.plans, w.settled, w.win = nil, nil, nil
+	w.store, w.trees = nil, newTreeCache()
+	w.remoteTip, w.localTip = plumbing.ZeroHash, plumbing.ZeroHash
+	w.remoteGone, w.stale, w.recheck = false, false, false
+	w.failures, w.retryAt = 0, time.Time{}
+	w.replayUntil, w.replaying = time.Now().Add(w.replayHold), false
+	w.setError(fmt.Errorf("push: %w; the branch is started over from the cluster", err))
+	w.opts.Metrics.branchStartedOver()
+	w.log.Warn("the server no longer holds the deleted branch's history; starting the branch over, every file is written again from the cluster",
+		"old_tip", old.String(), "dropped", len(dropped), "err", w.redact(err))
+	if w.opts.OnPushed != nil {
+		w.opts.OnPushed(PushResult{StartedOver: true, Dropped: dropped})
+	}
 }
 
 // interrupted reports whether a remote operation run with ctx was cut short by the end of Run's

@@ -373,10 +373,12 @@ func (m *mirror) carolCommits(t *testing.T, message string, edits map[string]str
 
 // The branch is deleted on the server and its objects garbage-collected while kubescribe runs:
 // the worker's next push sends only its new objects, which no longer connect to anything the
-// server holds, and is refused (PushFailed). A restart heals it: the worker starts from the
-// missing branch and the stream hands every object over, so the branch is created again with
-// the whole folder, and the change made meanwhile keeps its author.
-func TestGarbageCollectedBranchHealsAtRestart(t *testing.T) {
+// server holds, and is refused. The worker starts the branch over, the controller has the
+// target's stream hand its whole state over again, and the branch comes back, without a
+// restart, with the whole folder: the unchanged object written by the committer, the change
+// that was refused by its author. The GitTarget gets a BranchStartedOver event, the metric
+// counts the start-over, and the target is Ready again.
+func TestGarbageCollectedBranchStartsOver(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-gcbranch", "", []string{"alice"}, configMapWriters, watchConfigMaps)
 	alice := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns)
@@ -385,6 +387,7 @@ func TestGarbageCollectedBranchHealsAtRestart(t *testing.T) {
 	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{file("first")}) }), "files: %v", m.files(t))
 	committer := strings.Split(m.commits(t)[0], "|")[2]
+	startOvers := metricValue(t, "kubescribe_git_branch_start_overs_total")
 
 	m.git(t, "update-ref", "-d", "refs/heads/main")
 	m.git(t, "reflog", "expire", "--expire=now", "--all")
@@ -394,13 +397,13 @@ func TestGarbageCollectedBranchHealsAtRestart(t *testing.T) {
 	require.Contains(t, objects, "in-pack: 0", "the server kept no object: %s", objects)
 	_, err = alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	waitReady(t, v1alpha1.GitTargetsResource, m.ns, "target", metav1.ConditionFalse, v1alpha1.ReasonPushFailed)
-	require.Nil(t, m.files(t), "the refused push created nothing")
 
-	require.NoError(t, env.StopKubescribe())
-	require.NoError(t, env.StartKubescribe(ctx))
 	require.True(t, poll(90*time.Second, func() bool { return slices.Equal(m.files(t), []string{file("first"), file("second")}) }),
 		"the branch must be created again with every file: %v", m.files(t))
 	require.Equal(t, map[string]string{"first": committer + " create", "second": "alice create"}, m.lastChanges(t, 0))
 	waitReady(t, v1alpha1.GitTargetsResource, m.ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	require.True(t, poll(30*time.Second, func() bool {
+		return targetEventNaming(t, m.ns, corev1.EventTypeWarning, v1alpha1.ReasonBranchStartedOver, `branch "main"`)
+	}), "a BranchStartedOver event")
+	require.Equal(t, startOvers+1, metricValue(t, "kubescribe_git_branch_start_overs_total"))
 }

@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+// TestSyncTargetReplaysWhenTheBranchStartedOver: the branch is deleted on the server and its
+// objects collected; the worker's next push is refused and it starts the branch over. The next
+// sync of the GitTarget has its rule's stream hand the whole state over again, so the branch
+// comes back with every file, records a Warning event, and a later sync does not replay again.
+func TestSyncTargetReplaysWhenTheBranchStartedOver(t *testing.T) {
+	f := newFixture(t, fixtureConfig{objects: retargetSeed("apps"), secrets: []runtime.Object{credsSecret()}})
+	f.settledAt("main", "apps")
+	runGit(t, "", "--git-dir="+f.repoDir, "update-ref", "-d", "refs/heads/main")
+	runGit(t, "", "--git-dir="+f.repoDir, "reflog", "expire", "--expire=now", "--all")
+	runGit(t, "", "--git-dir="+f.repoDir, "gc", "--quiet", "--prune=now")
+
+	_, err := f.dyn.Resource(configMapsGVR).Namespace(testNS).Create(context.Background(), newConfigMap("second"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the start-over", func() bool { return f.router.TargetStatus(nn("web")).StartOvers == 1 })
+	require.Nil(t, branchFiles(f.repoDir, "main"), "nothing is pushed before the replay")
+	require.NoError(t, f.syncTarget("web"))
+	want := []string{"apps/" + testNS + "/core/configmaps/second.yaml", "apps/" + testNS + "/core/configmaps/settings.yaml"}
+	waitFor(t, 30*time.Second, "every file on the branch again", func() bool { return slices.Equal(branchFiles(f.repoDir, "main"), want) })
+
+	waitFor(t, 10*time.Second, "the BranchStartedOver event", func() bool {
+		list, err := f.kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, e := range list.Items {
+			if e.Reason == v1alpha1.ReasonBranchStartedOver && e.InvolvedObject.Name == "web" && e.Type == corev1.EventTypeWarning {
+				return strings.Contains(e.Message, `branch "main"`) && strings.Contains(e.Message, "streams replayed: 1")
+			}
+		}
+		return false
+	})
+	require.NoError(t, f.syncTarget("web"))
+	require.Equal(t, 1, strings.Count(f.logs.String(), "the branch was started over; the GitTarget's streams hand their state over again"),
+		"one replay per start-over")
+}

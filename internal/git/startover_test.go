@@ -1,0 +1,127 @@
+package git
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// deleteAndCollect deletes branch main of the bare repository gitDir and garbage-collects
+// every object, as a server does some time after a branch is deleted.
+func deleteAndCollect(t *testing.T, gitDir string) {
+	t.Helper()
+	runGit(t, "", "--git-dir="+gitDir, "update-ref", "-d", "refs/heads/main")
+	runGit(t, "", "--git-dir="+gitDir, "reflog", "expire", "--expire=now", "--all")
+	runGit(t, "", "--git-dir="+gitDir, "gc", "--quiet", "--prune=now")
+	require.Contains(t, runGit(t, "", "--git-dir="+gitDir, "count-objects", "-v"), "in-pack: 0")
+}
+
+// replayed is c as a resumed stream hands it over: Unchanged when the folder held this version
+// at the last push, otherwise Resumed with its author.
+func replayed(c attribution.AttributedChange, unchanged bool) attribution.AttributedChange {
+	c.Snapshot, c.Unchanged, c.Resumed = true, unchanged, !unchanged
+	if unchanged {
+		c.Author = attribution.Author{}
+	}
+	return c
+}
+
+// startOvers returns the start-overs OnPushed reported.
+func (p *pushLog) startOvers() []PushResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []PushResult
+	for _, r := range p.results {
+		if r.StartedOver {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestBranchLostOnTheServerStartsOver: the branch is deleted on the server and its objects
+// collected. The worker's next push builds on the lost history and is refused; the worker gives
+// up what it holds, reports the start-over with the dropped change, and holds back what comes
+// next (bob's change) until the replay's snapshot commit is built. Then one push creates the
+// branch with every file: the unchanged one written by the committer, the replayed change by
+// its author, bob's by bob.
+func TestBranchLostOnTheServerStartsOver(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	tw := startWorker(t, opts)
+	first := by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1"))
+	tw.Submit("", first)
+	tw.waitPushed(t)
+	deleteAndCollect(t, gitDir)
+
+	second := by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1"))
+	tw.Submit("", second)
+	require.Eventually(t, func() bool { return len(tw.pushes.startOvers()) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"no start-over: %s", tw.logs.String())
+	so := tw.pushes.startOvers()[0]
+	require.Len(t, so.Dropped, 1)
+	require.Equal(t, "second", so.Dropped[0].Name)
+	st := tw.Status()
+	require.Zero(t, st.Pending, "a dropped change is not pending")
+	require.ErrorContains(t, st.LastError, "started over")
+	require.ErrorContains(t, st.LastError, "missing necessary objects", "what the server answered")
+
+	// A change that comes before the replay is committed, not pushed.
+	tw.Submit("", by("bob", "b1", cmChange(watch.OpCreate, "demo", "third", "1")))
+	require.Eventually(t, func() bool { return strings.Count(tw.logs.String(), "msg=committed") == 3 }, 20*time.Second, 10*time.Millisecond)
+	pushesBefore := len(tw.pushes.commits())
+
+	tw.Submit("", replayed(first, true))
+	tw.Submit("", replayed(second, false))
+	tw.waitPushed(t)
+	require.Eventually(t, func() bool { return tw.Status().LastError == nil }, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, tw.stop(t))
+	require.Equal(t, []string{"demo/core/configmaps/first.yaml", "demo/core/configmaps/second.yaml", "demo/core/configmaps/third.yaml"},
+		gitFiles(t, gitDir, "main"))
+	log := gitLog(t, gitDir, "main", "%an|%P")
+	require.Len(t, log, 2, "bob's commit and the replay's, in one new history: %v", log)
+	require.Equal(t, "bob", strings.Split(log[1], "|")[0])
+	require.Empty(t, strings.Split(log[1], "|")[1], "the branch starts over: its first commit has no parent")
+	body := runGit(t, "", "--git-dir="+gitDir, "log", "-1", "--format=%an%n%B", "main")
+	require.Contains(t, body, "create core/configmaps demo/first")
+	require.Contains(t, body, "create core/configmaps demo/second")
+	var after []PushResult
+	tw.pushes.mu.Lock()
+	for _, r := range tw.pushes.results {
+		if len(r.Commits) > 0 {
+			after = append(after, r)
+		}
+	}
+	tw.pushes.mu.Unlock()
+	require.Equal(t, 1, pushesBefore, "only the push before the loss")
+	require.Len(t, after[len(after)-1].Commits, 2, "bob's commit waited for the replay and went with it")
+	require.Contains(t, tw.logs.String(), "the server no longer holds the deleted branch's history")
+}
+
+// TestStartOverHoldEnds: when no snapshot follows a start-over (no stream replays, a target
+// without rules), what the worker holds is pushed once the hold ends, and that is logged.
+func TestStartOverHoldEnds(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	tw := newTestWorker(t, opts)
+	tw.replayHold = 50 * time.Millisecond
+	tw.start(t)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
+	tw.waitPushed(t)
+	deleteAndCollect(t, gitDir)
+	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
+	require.Eventually(t, func() bool { return len(tw.pushes.startOvers()) == 1 }, 20*time.Second, 10*time.Millisecond)
+
+	tw.Submit("", by("bob", "b1", cmChange(watch.OpCreate, "demo", "third", "1")))
+	require.Eventually(t, func() bool { return tw.Status().LastError == nil && tw.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond,
+		"bob's change is pushed once the hold ended: %s", tw.logs.String())
+	require.Equal(t, []string{"demo/core/configmaps/third.yaml"}, gitFiles(t, gitDir, "main"))
+	require.Contains(t, tw.logs.String(), "no snapshot arrived after the branch was started over")
+}
