@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +106,22 @@ func bindRole(t *testing.T, admin kubernetes.Interface, ns, name string, rules [
 		Subjects:   subjects,
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// The apiserver's RBAC authorizer learns of the binding from its informers, a moment
+	// later: wait until it allows what the Role's first rule grants (first verb, resource and
+	// resource name), so the users' first request is not refused.
+	r := rules[0]
+	resource, sub, _ := strings.Cut(r.Resources[0], "/")
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: resource, Subresource: sub}
+	if len(r.ResourceNames) > 0 {
+		attrs.Name = r.ResourceNames[0]
+	}
+	for _, u := range users {
+		require.True(t, poll(30*time.Second, func() bool {
+			sar, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: u, ResourceAttributes: attrs}}, metav1.CreateOptions{})
+			return err == nil && sar.Status.Allowed
+		}), "Role %s is not in effect for %s", name, u)
+	}
 }
 
 // newRepoProvider creates, on stack s, a Git repository named ns, the Secret "git-credentials"
