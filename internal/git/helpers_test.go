@@ -165,7 +165,15 @@ type testWorker struct {
 	done   chan error
 
 	failMu sync.Mutex
-	fails  []error // OnFailed calls
+	fails  []error         // OnFailed calls
+	asked  []ReplayRequest // OnReplay calls
+}
+
+// replays returns the requests OnReplay received.
+func (tw *testWorker) replays() []ReplayRequest {
+	tw.failMu.Lock()
+	defer tw.failMu.Unlock()
+	return append([]ReplayRequest(nil), tw.asked...)
 }
 
 // failures returns the errors OnFailed received.
@@ -204,6 +212,11 @@ func newTestWorker(t testing.TB, opts Options) *testWorker {
 		tw.failMu.Lock()
 		defer tw.failMu.Unlock()
 		tw.fails = append(tw.fails, err)
+	}
+	opts.OnReplay = func(req ReplayRequest) {
+		tw.failMu.Lock()
+		defer tw.failMu.Unlock()
+		tw.asked = append(tw.asked, req)
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(tw.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w, err := NewWorker(opts)

@@ -129,6 +129,10 @@ type Options struct {
 	// OnFolder is called, from the worker goroutine, when a folder was refused by the gate, or
 	// passed it (FolderRefusal says which). It must not block.
 	OnFolder func(folder string)
+	// OnReplay is called, from the worker goroutine, when the branch no longer holds what the
+	// worker pushed: the streams of the folders' GitTargets must hand their state over again.
+	// It must not block.
+	OnReplay func(ReplayRequest)
 	// Now is the clock for commit and push timestamps; defaults to time.Now. Scheduling (the
 	// commit window timer, backoff) always uses the real monotonic clock.
 	Now func() time.Time

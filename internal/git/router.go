@@ -425,6 +425,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		KnownFolder:       func(folder string, tree plumbing.Hash) bool { return r.knownFolder(k, folder, tree) },
 		OnFolder:          func(folder string) { r.notify(r.targetsIn(k, folder)...) },
 		OnClosed:          r.onClosed,
+		OnReplay:          func(req ReplayRequest) { r.onReplay(k, req) },
 	})
 	if err != nil {
 		return nil, err
@@ -506,13 +507,8 @@ func (r *Router) leftFolderLocked(old route) {
 // onPushed advances the resume cursors past the changes a push delivered, and records the last
 // commit of each target it carried and the folder it left. Only the changes of a target's current destination count:
 // the cursors of a destination it left (a retarget dropped them) are not written again, and
-// neither are those of a target that has no route (a deleted one). A start-over is reported
-// through onPushed too (startedOver).
+// neither are those of a target that has no route (a deleted one).
 func (r *Router) onPushed(k workerKey, res PushResult) {
-	if res.StartedOver {
-		r.startedOver(k, res.Dropped)
-		return
-	}
 	var all []watch.Change
 	for _, ci := range res.Commits {
 		for _, c := range ci.Changes {
@@ -583,10 +579,12 @@ func (r *Router) countDoneLocked(c watch.Change, rt route) bool {
 	return true
 }
 
-// startedOver records that worker k started its branch over, dropping changes: they count as
-// done for their targets (their streams hand them over again, and they are counted then), and
-// every target on the branch is told to have its state handed over again.
-func (r *Router) startedOver(k workerKey, dropped []attribution.AttributedChange) {
+// onReplay records that worker k's branch no longer holds what it pushed. For a start-over,
+// the changes it dropped count as done for their targets (their streams hand them over again,
+// and they are counted then), and every target on the branch is told to have its state handed
+// over again.
+func (r *Router) onReplay(k workerKey, req ReplayRequest) {
+	dropped := req.Dropped
 	r.mu.Lock()
 	r.countMu.Lock()
 	for _, c := range dropped {

@@ -31,19 +31,6 @@ func replayed(c attribution.AttributedChange, unchanged bool) attribution.Attrib
 	return c
 }
 
-// startOvers returns the start-overs OnPushed reported.
-func (p *pushLog) startOvers() []PushResult {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []PushResult
-	for _, r := range p.results {
-		if r.StartedOver {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // TestBranchLostOnTheServerStartsOver: the branch is deleted on the server and its objects
 // collected. The worker's next push builds on the lost history and is refused; the worker gives
 // up what it holds, reports the start-over with the dropped change, and holds back what comes
@@ -62,9 +49,10 @@ func TestBranchLostOnTheServerStartsOver(t *testing.T) {
 
 	second := by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1"))
 	tw.Submit("", second)
-	require.Eventually(t, func() bool { return len(tw.pushes.startOvers()) == 1 }, 20*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(tw.replays()) == 1 }, 20*time.Second, 10*time.Millisecond,
 		"no start-over: %s", tw.logs.String())
-	so := tw.pushes.startOvers()[0]
+	so := tw.replays()[0]
+	require.True(t, so.StartedOver)
 	require.Len(t, so.Dropped, 1)
 	require.Equal(t, "second", so.Dropped[0].Name)
 	st := tw.Status()
@@ -117,7 +105,7 @@ func TestStartOverHoldEnds(t *testing.T) {
 	tw.waitPushed(t)
 	deleteAndCollect(t, gitDir)
 	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
-	require.Eventually(t, func() bool { return len(tw.pushes.startOvers()) == 1 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(tw.replays()) == 1 }, 20*time.Second, 10*time.Millisecond)
 
 	tw.Submit("", by("bob", "b1", cmChange(watch.OpCreate, "demo", "third", "1")))
 	require.Eventually(t, func() bool { return tw.Status().LastError == nil && tw.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond,

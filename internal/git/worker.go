@@ -26,10 +26,14 @@ type PushResult struct {
 	// Settled are changes that made no commit because the branch already held them; they are
 	// reported once nothing before them is left unpushed, with a push or on their own.
 	Settled []attribution.AttributedChange
-	// StartedOver reports, instead of a push, that the worker gave up its branch: the server
-	// lost the branch's history (see Worker.startOver). Dropped are the changes it held then,
-	// committed or not; none of them is on the remote and their resume cursors were never
-	// advanced, so their streams hand them over again when asked to.
+}
+
+// ReplayRequest says that the branch no longer holds what the worker pushed (Options.OnReplay).
+type ReplayRequest struct {
+	// StartedOver: the worker gave its branch up, because the server lost the branch's history
+	// (see Worker.startOver); every folder of the branch is concerned. Dropped are the changes
+	// it held then, committed or not: none of them is on the remote and their resume cursors
+	// were never advanced, so their streams hand them over again.
 	StartedOver bool
 	Dropped     []attribution.AttributedChange
 }
@@ -817,7 +821,7 @@ func (w *Worker) push(ctx context.Context) {
 // holds, and the worker keeps no blobs to send them again, so it drops every change it holds:
 // committed and unpushed, settled, in the open window and queued. None of them is on the
 // remote, and no resume cursor was advanced past them. The next sync opens the missing branch
-// (an empty store). OnPushed reports StartedOver, upon which the streams of the worker's targets
+// (an empty store). OnReplay reports StartedOver, upon which the streams of the worker's targets
 // hand their whole state over again (Router.TargetStatus.StartOvers): unchanged objects write
 // every file again, and the dropped changes come back with their authors. Nothing is pushed
 // until that replay's commit is built (holding), so the branch does not come back with only
@@ -866,8 +870,8 @@ func (w *Worker) startOver(err error) {
 	w.opts.Metrics.branchStartedOver()
 	w.log.Warn("the server no longer holds the deleted branch's history; starting the branch over, every file is written again from the cluster",
 		"old_tip", old.String(), "dropped", len(dropped), "err", w.redact(err))
-	if w.opts.OnPushed != nil {
-		w.opts.OnPushed(PushResult{StartedOver: true, Dropped: dropped})
+	if w.opts.OnReplay != nil {
+		w.opts.OnReplay(ReplayRequest{StartedOver: true, Dropped: dropped})
 	}
 }
 
