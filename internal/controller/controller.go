@@ -152,9 +152,9 @@ type Controller struct {
 	// was last evaluated ("" when the target had no route): a retarget waits until every rule
 	// of the target has subscribed to the new destination.
 	evaluated map[string]string
-	// startOvers holds, per GitTarget, the start-overs of its branch last acted on
-	// (git.TargetStatus.StartOvers; replayIfStartedOver).
-	startOvers map[types.NamespacedName]int
+	// replayed holds, per GitTarget, the start-overs of its branch and the foreign edits of its
+	// folder last acted on (git.TargetStatus.StartOvers, ForeignEdits; replayIfLost).
+	replayed map[types.NamespacedName]replayMark
 
 	// events records Kubernetes Events about kubescribe objects (Retargeted).
 	broadcaster record.EventBroadcaster
@@ -192,7 +192,7 @@ func New(opts Options) (*Controller, error) {
 		providerReady: map[types.NamespacedName]bool{},
 		sources:       sourceState{entries: map[string]*sourceEntry{}},
 		evaluated:     map[string]string{},
-		startOvers:    map[types.NamespacedName]int{},
+		replayed:      map[types.NamespacedName]replayMark{},
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {

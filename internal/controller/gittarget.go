@@ -31,7 +31,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		// A re-created target starts without its predecessor's history.
 		c.opts.Router.Unroute(name, true)
 		c.mu.Lock()
-		delete(c.startOvers, name)
+		delete(c.replayed, name)
 		c.mu.Unlock()
 		c.releaseSource(name, "")
 		if c.opts.Cursors != nil {
@@ -70,7 +70,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	ready, reason, msg := c.routeTarget(name, &t)
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
-	c.replayIfStartedOver(name, &t, st)
+	c.replayIfLost(name, &t, st)
 	if ready {
 		if st.FolderRefused != nil {
 			ready, reason = false, v1alpha1.ReasonFolderNotAdoptable
@@ -112,20 +112,31 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	return nil
 }
 
-// replayIfStartedOver has the target's streams hand their whole state over again when its
-// branch worker started the branch over since the last sync (git.TargetStatus.StartOvers): the
-// new branch would otherwise hold only the objects that change from now on.
-func (c *Controller) replayIfStartedOver(name types.NamespacedName, t *v1alpha1.GitTarget, st git.TargetStatus) {
+// replayMark is what replayIfLost last acted on for a GitTarget.
+type replayMark struct{ startOvers, foreignEdits int }
+
+// replayIfLost has the target's streams hand their whole state over again when its branch no
+// longer holds what was pushed, as the router reports it: the branch worker started the branch
+// over (git.TargetStatus.StartOvers; the new branch would otherwise hold only the objects that
+// change from now on), or someone else's commits changed the target's folder (ForeignEdits;
+// their edits of the files of unchanged objects would stay until a restart).
+func (c *Controller) replayIfLost(name types.NamespacedName, t *v1alpha1.GitTarget, st git.TargetStatus) {
+	now := replayMark{startOvers: st.StartOvers, foreignEdits: st.ForeignEdits}
 	c.mu.Lock()
-	seen := c.startOvers[name]
-	c.startOvers[name] = st.StartOvers
+	seen := c.replayed[name]
+	c.replayed[name] = now
 	c.mu.Unlock()
-	if st.StartOvers == seen {
+	if now == seen {
 		return
 	}
 	streams := 0
 	if source := c.opts.Sources.Cluster(c.clusterOf(t.Spec.Destination())); source != nil {
 		streams = source.Replay(name)
+	}
+	if now.startOvers == seen.startOvers {
+		c.log.Info("someone else's commits changed the GitTarget's folder; its streams hand their state over again",
+			"target", name.String(), "branch", st.Branch, "streams", streams)
+		return
 	}
 	c.log.Warn("the branch was started over; the GitTarget's streams hand their state over again",
 		"target", name.String(), "branch", st.Branch, "streams", streams)

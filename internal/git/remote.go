@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,9 @@ func (w *Worker) open(ctx context.Context) error {
 //     are marked stale, to be rebuilt on its tip;
 //   - the remote branch was deleted: the next push creates it again.
 //
+// When the remote moved to commits of someone else (or was rewound or replaced), the folders
+// whose tree those commits changed are reported (foreignEdits).
+//
 // It fetches the new tip's history down to the tip last seen, at most len(plans)+historyScanSlack
 // commits deep, and only the trees and commits the working store lacks.
 func (w *Worker) refetch(ctx context.Context) (bool, error) {
@@ -108,9 +112,43 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
 		}
 	}
+	base := w.remoteTip // what the worker last pushed, or last saw
 	w.remoteTip = tip
 	w.stale = true
+	w.foreignEdits(base, tip)
 	return true, nil
+}
+
+// foreignEdits reports, through OnReplay, the open folders whose tree differs between base, the
+// branch as the worker last pushed or saw it, and tip, where someone else's commits moved it
+// (or rewound or replaced it). The branch no longer holds what the worker pushed into those
+// folders: their GitTargets' streams hand their state over again, so that every file is as the
+// cluster again (an unchanged object whose file differs is written again by the committer). A
+// folder whose tree cannot be read at one of the commits counts as changed.
+func (w *Worker) foreignEdits(base, tip plumbing.Hash) {
+	if w.opts.OnReplay == nil || base.IsZero() {
+		return
+	}
+	tb := w.builder()
+	var folders []string
+	for key, g := range w.gates {
+		if g.state != gateOpen {
+			continue // not the worker's folder yet: nothing was pushed there
+		}
+		before, berr := tb.dirAt(base, g.path)
+		after, aerr := tb.dirAt(tip, g.path)
+		if berr == nil && aerr == nil && before == after {
+			continue
+		}
+		folders = append(folders, key)
+	}
+	if len(folders) == 0 {
+		return
+	}
+	slices.Sort(folders)
+	w.log.Info("someone else's commits changed folders kubescribe writes; their GitTargets' streams hand their state over again",
+		"folders", folders, "remote_tip", tip.String())
+	w.opts.OnReplay(ReplayRequest{Folders: folders})
 }
 
 // scanForPlans looks for pending plans in the history of the remote tip, newest first, without

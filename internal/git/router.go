@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,6 +75,10 @@ type TargetStatus struct {
 	// streams must hand their whole state over again (watch.Cluster.Replay), or the branch
 	// comes back without the files of objects that do not change.
 	StartOvers int
+	// ForeignEdits counts the times the worker found someone else's commits changed the
+	// target's folder since this router started (ReplayRequest.Folders): each time, the
+	// target's streams hand their state over again, so that the folder is the cluster again.
+	ForeignEdits int
 }
 
 // FolderRecord is a folder kubescribe pushed: the tree its last push left in it. The
@@ -177,9 +182,9 @@ type Router struct {
 	folders map[types.NamespacedName]FolderRecord
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
-	// startOvers counts, by target, the start-overs of the branches it was routed to
-	// (TargetStatus.StartOvers).
-	startOvers map[types.NamespacedName]int
+	// startOvers and foreignEdits count, by target, the start-overs of the branches it was
+	// routed to and the foreign edits of its folder (TargetStatus.StartOvers, ForeignEdits).
+	startOvers, foreignEdits map[types.NamespacedName]int
 
 	updMu   sync.Mutex
 	updated map[types.NamespacedName]struct{}
@@ -204,9 +209,10 @@ func NewRouter(opts RouterOptions) *Router {
 		folders: map[types.NamespacedName]FolderRecord{},
 		closes:  map[string]*closeState{},
 		updated: map[types.NamespacedName]struct{}{},
+		signal:  make(chan struct{}, 1),
 
-		startOvers: map[types.NamespacedName]int{},
-		signal:     make(chan struct{}, 1),
+		startOvers:   map[types.NamespacedName]int{},
+		foreignEdits: map[types.NamespacedName]int{},
 	}
 }
 
@@ -263,6 +269,7 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 		delete(r.pushes, target)
 		delete(r.folders, target)
 		delete(r.startOvers, target)
+		delete(r.foreignEdits, target)
 	}
 }
 
@@ -306,13 +313,13 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	r.mu.RLock()
 	rt, routed := r.routes[target]
 	push, pushed := r.pushes[target]
-	startOvers := r.startOvers[target]
+	startOvers, foreignEdits := r.startOvers[target], r.foreignEdits[target]
 	r.mu.RUnlock()
 	var st TargetStatus
 	if pushed {
 		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folderTree
 	}
-	st.StartOvers = startOvers
+	st.StartOvers, st.ForeignEdits = startOvers, foreignEdits
 	if routed {
 		ws := rt.worker.worker.Status()
 		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
@@ -579,15 +586,15 @@ func (r *Router) countDoneLocked(c watch.Change, rt route) bool {
 	return true
 }
 
-// onReplay records that worker k's branch no longer holds what it pushed. For a start-over,
-// the changes it dropped count as done for their targets (their streams hand them over again,
-// and they are counted then), and every target on the branch is told to have its state handed
-// over again.
+// onReplay records that worker k's branch no longer holds what it pushed, and signals the
+// targets concerned, whose streams are to hand their state over again. A start-over concerns
+// every target on the branch; the changes it dropped count as done for their targets (their
+// streams hand them over again, and they are counted then). Foreign edits concern the targets
+// writing into the folders named.
 func (r *Router) onReplay(k workerKey, req ReplayRequest) {
-	dropped := req.Dropped
 	r.mu.Lock()
 	r.countMu.Lock()
-	for _, c := range dropped {
+	for _, c := range req.Dropped {
 		if rt, ok := r.routes[c.Target]; ok && !rt.foreign(c.Change) {
 			r.countDoneLocked(c.Change, rt)
 		}
@@ -595,14 +602,21 @@ func (r *Router) onReplay(k workerKey, req ReplayRequest) {
 	r.countMu.Unlock()
 	var targets []types.NamespacedName
 	for name, rt := range r.routes {
-		if rt.worker.key == k {
+		switch {
+		case rt.worker.key != k:
+		case req.StartedOver:
 			r.startOvers[name]++
+			targets = append(targets, name)
+		case slices.Contains(req.Folders, folderKey(rt.path)):
+			r.foreignEdits[name]++
 			targets = append(targets, name)
 		}
 	}
 	r.mu.Unlock()
-	r.log.Warn("branch started over; its GitTargets' streams hand their state over again",
-		"provider", k.provider.String(), "branch", k.branch, "targets", len(targets), "dropped", len(dropped))
+	if req.StartedOver {
+		r.log.Warn("branch started over; its GitTargets' streams hand their state over again",
+			"provider", k.provider.String(), "branch", k.branch, "targets", len(targets), "dropped", len(req.Dropped))
+	}
 	r.notify(targets...)
 }
 

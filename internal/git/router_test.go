@@ -300,3 +300,34 @@ func TestRouterStartOverAsksEveryTargetOfTheBranch(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"db/shop/core/configmaps/orders.yaml", "web/shop/core/configmaps/front.yaml"}, gitFiles(t, dir, "main"))
 }
+
+// TestRouterForeignEditAsksOnlyTheFoldersTargets: someone else's commit edits the folder of
+// one of two targets on a branch; when the worker learns of it (its next push is refused),
+// only that target's ForeignEdits grows, and it is signalled.
+func TestRouterForeignEditAsksOnlyTheFoldersTargets(t *testing.T) {
+	_, url := newBareRemote(t)
+	r := startRouter(t)
+	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
+	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
+	for _, tgt := range []types.NamespacedName{web, db} {
+		require.NoError(t, r.Route(tgt, Destination{Remote: testRemote(url), Branch: "main", Path: tgt.Name}))
+	}
+	change := func(target types.NamespacedName, name string) attribution.AttributedChange {
+		c := cmChange(watch.OpCreate, "shop", name, "v1")
+		c.Target = target
+		return by("alice", "a-"+name, c)
+	}
+	r.Deliver(change(web, "front"))
+	r.Deliver(change(db, "orders"))
+	require.Eventually(t, func() bool {
+		return r.TargetStatus(web).LastCommit != "" && r.TargetStatus(db).LastCommit != ""
+	}, 30*time.Second, 10*time.Millisecond)
+	pushCommitFromClone(t, url, "main", "web/shop/core/configmaps/front.yaml", "tampered")
+	r.Changed()
+
+	r.Deliver(change(db, "payments"))
+	require.Eventually(t, func() bool { return r.TargetStatus(web).ForeignEdits == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.Zero(t, r.TargetStatus(db).ForeignEdits, "db's folder is as it was pushed")
+	require.Zero(t, r.TargetStatus(web).StartOvers)
+	require.Eventually(t, func() bool { return slices.Contains(r.Changed(), web) }, 30*time.Second, 10*time.Millisecond)
+}

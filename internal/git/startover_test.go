@@ -113,3 +113,43 @@ func TestStartOverHoldEnds(t *testing.T) {
 	require.Equal(t, []string{"demo/core/configmaps/third.yaml"}, gitFiles(t, gitDir, "main"))
 	require.Contains(t, tw.logs.String(), "no snapshot arrived after the branch was started over")
 }
+
+// TestForeignEditOfAFolderAsksForItsReplay: the worker learns of someone else's commits when
+// its push is refused. A commit that changes only what lies outside the worker's folder asks
+// for nothing; one that edits a file in it asks for the folder's replay; a rewind of the branch
+// to before the worker's commit too.
+func TestForeignEditOfAFolderAsksForItsReplay(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	tw := startWorker(t, opts)
+	tw.Submit("apps", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
+	tw.waitPushed(t)
+	first := gitLog(t, gitDir, "main", "%H")[0]
+	pushed := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return len(tw.pushes.commits()) == n }, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
+	}
+	foreign := func(file, content string) {
+		t.Helper()
+		pushCommitFromClone(t, url, "main", file, content)
+	}
+
+	foreign("README.md", "hello")
+	tw.Submit("apps", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
+	pushed(2)
+	require.Empty(t, tw.replays(), "nothing of the folder changed")
+
+	foreign("apps/demo/core/configmaps/first.yaml", "tampered")
+	tw.Submit("apps", by("alice", "a3", cmChange(watch.OpCreate, "demo", "third", "1")))
+	pushed(3)
+	require.Len(t, tw.replays(), 1)
+	require.Equal(t, ReplayRequest{Folders: []string{"apps"}}, tw.replays()[0])
+
+	runGit(t, "", "--git-dir="+gitDir, "update-ref", "refs/heads/main", first)
+	tw.Submit("apps", by("alice", "a4", cmChange(watch.OpCreate, "demo", "fourth", "1")))
+	pushed(4)
+	require.Len(t, tw.replays(), 2, "a rewind took the folder back")
+	require.Equal(t, []string{"apps"}, tw.replays()[1].Folders)
+	require.Contains(t, tw.logs.String(), "someone else's commits changed folders kubescribe writes")
+}

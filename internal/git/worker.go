@@ -30,6 +30,10 @@ type PushResult struct {
 
 // ReplayRequest says that the branch no longer holds what the worker pushed (Options.OnReplay).
 type ReplayRequest struct {
+	// Folders (folderKey) are folders whose content someone else's commits changed, or a
+	// rewind or a replaced history took back; their GitTargets' streams hand their state over
+	// again.
+	Folders []string
 	// StartedOver: the worker gave its branch up, because the server lost the branch's history
 	// (see Worker.startOver); every folder of the branch is concerned. Dropped are the changes
 	// it held then, committed or not: none of them is on the remote and their resume cursors

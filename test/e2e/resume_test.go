@@ -338,6 +338,50 @@ func TestRestartRestoresWhatTheBranchLost(t *testing.T) {
 	require.Equal(t, committer, strings.Split(commits[0], "|")[0], "nobody changed the objects: the committer writes them again")
 }
 
+// While kubescribe runs, someone else edits its folder: a foreign commit removes one object's
+// file and rewrites another's. kubescribe learns of it at its next push (bob's create), which
+// the server refuses: the folder changed, so the target's stream hands its state over again and
+// the two files are restored by the committer, on top of the foreign commit (nothing is
+// forced), without a restart; bob's create is his. A foreign commit that leaves the folder as
+// it was (a README next to it) restores nothing.
+func TestForeignEditOfTheFolderIsUndone(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-undo", "mirror", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
+	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
+	for _, name := range []string{"keep", "edited", "removed"} {
+		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
+	require.True(t, poll(60*time.Second, func() bool { return len(m.files(t)) == 3 }), "files: %v", m.files(t))
+	committer := strings.Split(m.commits(t)[0], "|")[2]
+	url := env.Git.URL(m.repo)
+	const replayLog = "someone else's commits changed folders kubescribe writes; their GitTargets' streams hand their state over again"
+
+	n0 := len(m.commits(t))
+	readme := m.carolCommits(t, "carol's readme", map[string]string{"README.md": "hello\n"})
+	_, err := bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "first"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.True(t, poll(60*time.Second, func() bool { return slices.Contains(m.files(t), file("first")) }), "files: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", readme, "main")
+	require.Equal(t, map[string]string{"first": "bob create"}, m.lastChanges(t, n0))
+	require.Zero(t, countLog(t, replayLog, url), "the README left the folder as it was")
+	before := m.commits(t)
+
+	tampered := strings.Replace(m.git(t, "show", "main:"+file("edited")), "k: v1", "k: tampered", 1) + "\n"
+	foreign := m.carolCommits(t, "carol's cleanup", map[string]string{file("removed"): "", file("edited"): tampered})
+	_, err = bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	want := []string{"README.md", file("edited"), file("first"), file("keep"), file("removed"), file("second")}
+	require.True(t, poll(90*time.Second, func() bool {
+		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", "main:"+file("edited")), "k: v1")
+	}), "the folder must equal the cluster again: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless the foreign commit is kept
+	require.Equal(t, map[string]string{"second": "bob create", "removed": committer + " create", "edited": committer + " update"}, m.lastChanges(t, len(before)),
+		"only the files carol changed are restored, by the committer; bob's create is his")
+	require.Equal(t, 1, countLog(t, replayLog, url))
+}
+
 // carolCommits commits onto main, straight into the server's repository as another writer
 // would, the branch's files with edits: a path mapped to "" is removed, any other content is
 // written there. It returns the new commit.
