@@ -16,7 +16,7 @@ import (
 func routeLongWindow(t *testing.T) (*Router, string) {
 	t.Helper()
 	dir, url := newBareRemote(t)
-	r := startRouter(t)
+	r := startRouter(t, RouterOptions{})
 	remote := testRemote(url)
 	remote.CommitWindow = time.Hour
 	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "clusters/prod"}))
@@ -103,7 +103,7 @@ func TestCloseRequestNeverClosesAnotherAuthorsWindow(t *testing.T) {
 
 // TestCloseRequestUnroutedTarget: a target without a route refuses the request.
 func TestCloseRequestUnroutedTarget(t *testing.T) {
-	r := startRouter(t)
+	r := startRouter(t, RouterOptions{})
 	err := r.RequestClose(CloseRequest{ID: "x", Target: tenants, Username: "alice", Message: "m"})
 	require.ErrorContains(t, err, "not routed")
 	_, known := r.CloseResult("x")

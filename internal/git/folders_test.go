@@ -1,8 +1,6 @@
 package git
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,13 +273,7 @@ func TestRouterFolderGate(t *testing.T) {
 		"clusters/staging/kustomization.yaml":              "resources: []\n",
 	})
 	m := NewMetrics(prometheus.NewRegistry())
-	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Metrics: m})
-	r.Start(context.Background())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
+	r := startRouter(t, RouterOptions{Metrics: m})
 	remote := testRemote(url)
 	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "clusters/prod"}))
 	require.NoError(t, r.Route(otherTgt, Destination{Remote: remote, Branch: "main", Path: "clusters/staging"}))
@@ -315,13 +307,7 @@ func TestRouterFolderGate(t *testing.T) {
 	require.InDelta(t, 1, gateFetches(m, folderFetchBlobs), 0, "nothing fetched for a folder kubescribe left as it is")
 
 	// After a restart, the record comes back from the GitTarget's status.
-	r2 := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Metrics: m})
-	r2.Start(context.Background())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, r2.Stop(ctx))
-	})
+	r2 := startRouter(t, RouterOptions{Metrics: m})
 	last := r.TargetStatus(tenants)
 	r.Unroute(tenants, false)
 	r2.KnowFolder(tenants, FolderRecord{Provider: remote.Provider, Branch: "main", Path: "/clusters/prod", Tree: last.FolderTree})

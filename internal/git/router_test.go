@@ -27,9 +27,13 @@ func testRemote(url string) Remote {
 	}
 }
 
-func startRouter(t *testing.T) *Router {
+// startRouter starts a router with opts (its Logger discards unless set), stopped at cleanup.
+func startRouter(t *testing.T, opts RouterOptions) *Router {
 	t.Helper()
-	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler)})
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := NewRouter(opts)
 	r.Start(context.Background())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -43,7 +47,7 @@ func startRouter(t *testing.T) *Router {
 // pushed; the push shows in the target's status and is signalled; an unrouted change is dropped.
 func TestRouterDeliversAndRecordsPushes(t *testing.T) {
 	dir, url := newBareRemote(t)
-	r := startRouter(t)
+	r := startRouter(t, RouterOptions{})
 	require.NoError(t, r.Route(tenants, Destination{Remote: testRemote(url), Branch: "main", Path: "clusters/prod"}))
 	require.True(t, r.Routed(tenants))
 	require.Equal(t, 1, r.WorkerCount())
@@ -90,7 +94,7 @@ func TestRouterDeliversAndRecordsPushes(t *testing.T) {
 // share one worker, and rotated credentials are taken in place.
 func TestRouterKeepsWorkerOfRoutedTarget(t *testing.T) {
 	_, url := newBareRemote(t)
-	r := startRouter(t)
+	r := startRouter(t, RouterOptions{})
 	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
 	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
 	remote := testRemote(url)
@@ -141,13 +145,7 @@ func (c *recordedCursors) Advance(_ context.Context, changes []watch.Change) err
 func TestRouterAdvancesCursorsAfterPush(t *testing.T) {
 	_, url := newBareRemote(t)
 	cursors := &recordedCursors{}
-	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors})
-	r.Start(context.Background())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
+	r := startRouter(t, RouterOptions{Cursors: cursors})
 	require.NoError(t, r.Route(tenants, Destination{Remote: testRemote(url), Branch: "main", Path: "prod"}))
 	cursors.mu.Lock()
 	require.Empty(t, cursors.changes, "nothing advances before a push")
@@ -193,13 +191,7 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	dir, url := newBareRemote(t)
 	cursors := &recordedCursors{}
 	metrics := NewMetrics(prometheus.NewRegistry())
-	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors, Metrics: metrics})
-	r.Start(context.Background())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
+	r := startRouter(t, RouterOptions{Cursors: cursors, Metrics: metrics})
 	remote := testRemote(url)
 	remote.CommitWindow = 2 * time.Second // the move below happens inside the window
 	require.NoError(t, r.Route(tenants, Destination{Remote: remote, Branch: "main", Path: "old", Stream: "main:old"}))
@@ -250,6 +242,25 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 	require.Equal(t, "main:new", cursors.changes[0].Destination)
 }
 
+// routeWebAndDB routes GitTargets team-a/web and team-a/db to folders web and db of branch main
+// of url: two targets sharing one worker.
+func routeWebAndDB(t *testing.T, r *Router, url string) (web, db types.NamespacedName) {
+	t.Helper()
+	web = types.NamespacedName{Namespace: "team-a", Name: "web"}
+	db = types.NamespacedName{Namespace: "team-a", Name: "db"}
+	for _, tgt := range []types.NamespacedName{web, db} {
+		require.NoError(t, r.Route(tgt, Destination{Remote: testRemote(url), Branch: "main", Path: tgt.Name}))
+	}
+	return web, db
+}
+
+// targetChange is the create of ConfigMap shop/name for target.
+func targetChange(target types.NamespacedName, name string) watch.Change {
+	c := cmChange(watch.OpCreate, "shop", name, "v1")
+	c.Target = target
+	return c
+}
+
 // TestRouterStartOverAsksEveryTargetOfTheBranch: when the worker of a branch two targets share
 // starts the branch over, both targets' StartOvers grow and they are signalled; the dropped
 // change no longer counts as unpushed and advances no cursor. Their streams' replay, delivered
@@ -257,29 +268,14 @@ func TestRouterFollowsTheDestinationStream(t *testing.T) {
 func TestRouterStartOverAsksEveryTargetOfTheBranch(t *testing.T) {
 	dir, url := newBareRemote(t)
 	cursors := &recordedCursors{}
-	r := NewRouter(RouterOptions{Logger: slog.New(slog.DiscardHandler), Cursors: cursors})
-	r.Start(context.Background())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
-	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
-	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
-	for _, tgt := range []types.NamespacedName{web, db} {
-		require.NoError(t, r.Route(tgt, Destination{Remote: testRemote(url), Branch: "main", Path: tgt.Name}))
-	}
-	change := func(target types.NamespacedName, name string) watch.Change {
-		c := cmChange(watch.OpCreate, "shop", name, "v1")
-		c.Target = target
-		return c
-	}
-	r.Deliver(by("alice", "a1", change(web, "front")))
+	r := startRouter(t, RouterOptions{Cursors: cursors})
+	web, db := routeWebAndDB(t, r, url)
+	r.Deliver(by("alice", "a1", targetChange(web, "front")))
 	require.Eventually(t, func() bool { return r.TargetStatus(web).LastCommit != "" }, 30*time.Second, 10*time.Millisecond)
 	deleteAndCollect(t, dir)
 	r.Changed()
 
-	r.Deliver(by("bob", "b1", change(db, "orders")))
+	r.Deliver(by("bob", "b1", targetChange(db, "orders")))
 	require.Eventually(t, func() bool { return r.TargetStatus(db).StartOvers == 1 }, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, r.TargetStatus(web).StartOvers, "every target on the branch replays")
 	require.Zero(t, r.TargetStatus(db).Unpushed, "the dropped change comes back with the replay")
@@ -289,10 +285,10 @@ func TestRouterStartOverAsksEveryTargetOfTheBranch(t *testing.T) {
 	require.Len(t, cursors.changes, 1, "only the first push advanced a cursor")
 	cursors.mu.Unlock()
 
-	front := change(web, "front")
+	front := targetChange(web, "front")
 	front.Snapshot, front.Unchanged = true, true
 	r.Deliver(attribution.AttributedChange{Change: front})
-	orders := change(db, "orders")
+	orders := targetChange(db, "orders")
 	orders.Snapshot, orders.Resumed = true, true
 	r.Deliver(by("bob", "b1", orders))
 	require.Eventually(t, func() bool {
@@ -306,16 +302,10 @@ func TestRouterStartOverAsksEveryTargetOfTheBranch(t *testing.T) {
 // only that target's ForeignEdits grows, and it is signalled.
 func TestRouterForeignEditAsksOnlyTheFoldersTargets(t *testing.T) {
 	_, url := newBareRemote(t)
-	r := startRouter(t)
-	web := types.NamespacedName{Namespace: "team-a", Name: "web"}
-	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
-	for _, tgt := range []types.NamespacedName{web, db} {
-		require.NoError(t, r.Route(tgt, Destination{Remote: testRemote(url), Branch: "main", Path: tgt.Name}))
-	}
+	r := startRouter(t, RouterOptions{})
+	web, db := routeWebAndDB(t, r, url)
 	change := func(target types.NamespacedName, name string) attribution.AttributedChange {
-		c := cmChange(watch.OpCreate, "shop", name, "v1")
-		c.Target = target
-		return by("alice", "a-"+name, c)
+		return by("alice", "a-"+name, targetChange(target, name))
 	}
 	r.Deliver(change(web, "front"))
 	r.Deliver(change(db, "orders"))

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
@@ -121,6 +122,15 @@ func bindRole(t *testing.T, admin kubernetes.Interface, ns, name string, rules [
 				Spec: authorizationv1.SubjectAccessReviewSpec{User: u, ResourceAttributes: attrs}}, metav1.CreateOptions{})
 			return err == nil && sar.Status.Allowed
 		}), "Role %s is not in effect for %s", name, u)
+	}
+}
+
+// createConfigMaps creates a ConfigMap holding k: v1 for each name, through client.
+func createConfigMaps(t *testing.T, client typedcorev1.ConfigMapInterface, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		_, err := client.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
 	}
 }
 

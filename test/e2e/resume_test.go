@@ -26,10 +26,7 @@ func TestRestartResumesAndAttributes(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-resume", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
 	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
-	for _, name := range []string{"keep", "patched", "doomed"} {
-		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	createConfigMaps(t, alice, "keep", "patched", "doomed")
 	before := m.waitCommits(t, 1)
 	require.True(t, poll(60*time.Second, func() bool { return len(m.files(t)) == 3 }), "files: %v", m.files(t))
 	before = m.commits(t)
@@ -294,10 +291,7 @@ func TestRestartRestoresWhatTheBranchLost(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-restore", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
 	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
-	for _, name := range []string{"keep", "edited", "removed"} {
-		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	createConfigMaps(t, alice, "keep", "edited", "removed")
 	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
 	require.True(t, poll(60*time.Second, func() bool { return len(m.files(t)) == 3 }), "files: %v", m.files(t))
 	committer := strings.Split(m.commits(t)[0], "|")[2]
@@ -348,10 +342,7 @@ func TestForeignEditOfTheFolderIsUndone(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-undo", "mirror", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
 	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), clientFor(t, "bob").CoreV1().ConfigMaps(m.ns)
-	for _, name := range []string{"keep", "edited", "removed"} {
-		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	createConfigMaps(t, alice, "keep", "edited", "removed")
 	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
 	require.True(t, poll(60*time.Second, func() bool { return len(m.files(t)) == 3 }), "files: %v", m.files(t))
 	committer := strings.Split(m.commits(t)[0], "|")[2]

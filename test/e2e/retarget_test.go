@@ -257,10 +257,7 @@ func TestRetargetBackSettlesAfterTheSweep(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-moveback", "a", []string{"alice"}, configMapWriters, watchConfigMaps)
 	cms := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns)
-	for _, name := range []string{"x", "y"} {
-		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	createConfigMaps(t, cms, "x", "y")
 	in := func(folder, name string) string { return folder + "/" + m.ns + "/core/configmaps/" + name + ".yaml" }
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{in("a", "x"), in("a", "y")}) }), "files: %v", m.files(t))
 	targets := dynamicFor(t, "admin").Resource(v1alpha1.GitTargetsResource).Namespace(m.ns)

@@ -268,10 +268,7 @@ func TestNamespaceBackInTheSelectionResumes(t *testing.T) {
 	}
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(selected(), []string{watched}) }), "namespaces: %v", selected())
 	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(watched), clientFor(t, "bob").CoreV1().ConfigMaps(watched)
-	for _, name := range []string{"one", "two"} {
-		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	createConfigMaps(t, alice, "one", "two")
 	one, two := watched+"/core/configmaps/one.yaml", watched+"/core/configmaps/two.yaml"
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{one, two}) }), "files: %v", m.files(t))
 	committer := strings.Split(m.commits(t)[0], "|")[2]
