@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -47,4 +48,31 @@ func TestSyncTargetReplaysWhenTheBranchStartedOver(t *testing.T) {
 	require.NoError(t, f.syncTarget("web"))
 	require.Equal(t, 1, strings.Count(f.logs.String(), "the branch was started over; the GitTarget's streams hand their state over again"),
 		"one replay per start-over")
+}
+
+// TestSyncTargetReplaysAfterAForeignEdit: someone else's commit removes the GitTarget's file;
+// once the worker learns of it (its next push is refused), the next sync of the target has its
+// stream hand the state over again, and the file is back: no event, an info line.
+func TestSyncTargetReplaysAfterAForeignEdit(t *testing.T) {
+	f := newFixture(t, fixtureConfig{objects: retargetSeed("apps"), secrets: []runtime.Object{credsSecret()}})
+	f.settledAt("main", "apps")
+	settings := "apps/" + testNS + "/core/configmaps/settings.yaml"
+	clone := filepath.Join(t.TempDir(), "clone")
+	runGit(t, "", "clone", "-q", "--branch", "main", "file://"+f.repoDir, clone)
+	runGit(t, clone, "rm", "-q", settings)
+	runGit(t, clone, "-c", "user.name=carol", "-c", "user.email=carol@example.com", "commit", "-q", "-m", "carol removes settings")
+	runGit(t, clone, "push", "-q", "origin", "main")
+
+	_, err := f.dyn.Resource(configMapsGVR).Namespace(testNS).Create(context.Background(), newConfigMap("second"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the foreign edit found", func() bool { return f.router.TargetStatus(nn("web")).ForeignEdits == 1 })
+	require.NoError(t, f.syncTarget("web"))
+	waitFor(t, 30*time.Second, "the removed file back", func() bool { return slices.Contains(branchFiles(f.repoDir, "main"), settings) })
+	require.NoError(t, f.syncTarget("web"))
+	require.Equal(t, 1, strings.Count(f.logs.String(), "someone else's commits changed the GitTarget's folder; its streams hand their state over again"))
+	list, err := f.kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, e := range list.Items {
+		require.NotEqual(t, v1alpha1.ReasonBranchStartedOver, e.Reason)
+	}
 }
