@@ -297,6 +297,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.queue.ShutDown()
 	wg.Wait()
 	c.factory.Shutdown()
+	c.sources.mu.Lock()
+	for _, e := range c.sources.entries {
+		e.stop()
+	}
+	c.sources.mu.Unlock()
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"github.com/kubescribe/kubescribe/internal/testlog"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -372,6 +373,9 @@ type fixtureConfig struct {
 	sourceGate <-chan struct{}
 	// sourceClients, when set, builds the clients of remote source clusters.
 	sourceClients func(*rest.Config) (SourceClients, error)
+	// sourceProbeInterval is Options.SourceProbeInterval; 0: every sync probes again (in the
+	// background), and each answer syncs the route's GitTargets (and their rules) again.
+	sourceProbeInterval time.Duration
 }
 
 type fixture struct {
@@ -463,7 +467,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		Cursors:     f.drops,
 
 		NewSourceClients:    cfg.sourceClients,
-		SourceProbeInterval: time.Nanosecond, // every sync asks again (in the background)
+		SourceProbeInterval: cmp.Or(cfg.sourceProbeInterval, time.Nanosecond),
 	})
 	require.NoError(t, err)
 	f.c = c

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -87,6 +88,18 @@ type sourceEntry struct {
 	users map[types.NamespacedName]secretUse
 	// builds counts the clients built for this route (1 + rotations).
 	builds int
+	// namespaces watches the remote's Namespaces once a ClusterWatchRule with a
+	// namespaceSelector asks for them (remoteNamespaces), with client; stopNamespaces ends it.
+	namespaces     cache.SharedIndexInformer
+	stopNamespaces context.CancelFunc
+}
+
+// stop ends what the entry runs: its Namespace watch.
+func (e *sourceEntry) stop() {
+	if e.stopNamespaces != nil {
+		e.stopNamespaces()
+	}
+	e.namespaces, e.stopNamespaces = nil, nil
 }
 
 // secretUse is where a GitTarget's kubeconfig came from: Secret, key and the resourceVersion it
@@ -117,18 +130,34 @@ func (c *Controller) remoteTarget(name types.NamespacedName) (string, bool) {
 }
 
 // remoteNamespaces lists the namespaces of a remote cluster whose labels sel matches, sorted;
-// never nil. The remote's namespaces are read at each evaluation of the rule (not watched), so
-// a relabelled namespace is followed at the rule's next recheck.
+// never nil. The first call for a cluster starts a watch of its Namespaces, whose changes
+// re-evaluate the ClusterWatchRules that select namespaces by label, as the local Namespace
+// informer does. Until that watch has listed them, the namespaces are listed with the selector.
 func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]string, error) {
 	c.sources.mu.Lock()
 	e := c.sources.entries[route]
 	var client dynamic.Interface
+	var inf cache.SharedIndexInformer
 	if e != nil {
 		client = e.client
+		if e.namespaces == nil && client != nil {
+			c.watchRemoteNamespaces(e)
+		}
+		inf = e.namespaces
 	}
 	c.sources.mu.Unlock()
 	if client == nil {
 		return nil, fmt.Errorf("source cluster %q is not registered", route)
+	}
+	out := []string{}
+	if inf != nil && inf.HasSynced() {
+		for _, obj := range inf.GetStore().List() {
+			if u, ok := obj.(*unstructured.Unstructured); ok && sel.Matches(labels.Set(u.GetLabels())) {
+				out = append(out, u.GetName())
+			}
+		}
+		slices.Sort(out)
+		return out, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
 	defer cancel()
@@ -136,7 +165,6 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	if err != nil {
 		return nil, fmt.Errorf("listing the namespaces of cluster %q for namespaceSelector: %v", route, err)
 	}
-	out := []string{}
 	for _, ns := range list.Items {
 		if sel.Matches(labels.Set(ns.GetLabels())) {
 			out = append(out, ns.GetName())
@@ -144,6 +172,33 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// watchRemoteNamespaces starts the watch of e's Namespaces: a Namespace that comes, goes or is
+// relabelled re-evaluates every ClusterWatchRule with a namespaceSelector. It runs until the
+// entry stops (the cluster is removed, its clients are rebuilt, or the controller stops).
+// c.sources.mu must be held.
+func (c *Controller) watchRemoteNamespaces(e *sourceEntry) {
+	inf := dynamicinformer.NewFilteredDynamicInformer(e.client, namespacesResource, "", 0, cache.Indexers{}, nil).Informer()
+	route := e.route
+	changed := func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok && inf.HasSynced() {
+			c.log.Debug("a namespace of a remote source cluster changed; re-evaluating the ClusterWatchRules that select namespaces", "cluster", route, "namespace", u.GetName())
+		}
+		c.enqueueSelectingClusterRules()
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
+		DeleteFunc: changed,
+	}); err != nil {
+		c.log.Warn("cannot watch the namespaces of a remote source cluster; they are listed at each evaluation", "cluster", e.route, "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.namespaces, e.stopNamespaces = inf, cancel
+	go inf.RunWithContext(ctx)
+	c.log.Info("watching the namespaces of a remote source cluster for namespaceSelector", "cluster", e.route)
 }
 
 // useSourceCluster makes sure the remote cluster a GitTarget names is registered with clients
@@ -257,6 +312,7 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 			}
 		}
 	}
+	e.stop() // a Namespace watch of the old clients; the next evaluation starts one with the new
 	e.hash, e.reach, e.client = hash, &reachability{probe: clients.Probe}, clients.Dynamic
 	e.builds++
 	e.users[name] = use
@@ -293,6 +349,7 @@ func (c *Controller) releaseLocked(name types.NamespacedName, keep string) {
 			continue
 		}
 		delete(c.sources.entries, route)
+		e.stop()
 		c.opts.Sources.RemoveCluster(route)
 		c.log.Info("no GitTarget mirrors the remote source cluster any more; stopped its watches", "cluster", route)
 		// A target refused for claiming the route with another kubeconfig may take it now.

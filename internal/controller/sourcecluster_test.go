@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,6 +97,7 @@ func TestRestConfigFromKubeconfig(t *testing.T) {
 // with the error setErr set.
 type remoteFake struct {
 	builds []*rest.Config
+	dyns   []*dynamicfake.FakeDynamicClient // the remote's objects, one client per build
 	mu     sync.Mutex
 	err    error
 }
@@ -131,6 +134,9 @@ func (r *remoteFake) clients(cfg *rest.Config) (SourceClients, error) {
 		map[schema.GroupVersionResource]string{widgetsGVR: "WidgetList", namespacesResource: "NamespaceList"},
 		newNamespace("edge-a", map[string]string{"team": "a"}), newNamespace("edge-b", map[string]string{"team": "b"}))
 	_, dc := newDiscovery([]*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{apiResource("widgets", true, listWatch...)}}})
+	r.mu.Lock()
+	r.dyns = append(r.dyns, dyn)
+	r.mu.Unlock()
 	return SourceClients{Dynamic: dyn, Discovery: dc, Probe: r.probe}, nil
 }
 
@@ -283,7 +289,9 @@ func TestRemoteSourceClusterRefusals(t *testing.T) {
 }
 
 // TestRemoteClusterRuleNamespaceSelector: a ClusterWatchRule's namespaceSelector on a remote
-// GitTarget selects the remote's namespaces, not the local ones.
+// GitTarget selects the remote's namespaces, not the local ones, and follows them as they are
+// relabelled there (the rule's own recheck is a minute away: the remote's Namespaces are
+// watched).
 func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
 	remote := &remoteFake{}
 	f := newFixture(t, fixtureConfig{
@@ -296,6 +304,8 @@ func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
 			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
 		sourceClients: remote.clients,
 		workers:       1,
+		// No probe answer syncs the GitTarget (and so its rules) again while the test runs.
+		sourceProbeInterval: time.Hour,
 	})
 	var got v1alpha1.ClusterWatchRule
 	waitFor(t, 15*time.Second, "the rule to be Ready", func() bool {
@@ -304,4 +314,22 @@ func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
 	})
 	require.Equal(t, []string{"edge-a"}, got.Status.Namespaces)
 	require.Contains(t, conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Message, `in cluster "edge"`)
+	require.Contains(t, f.logs.String(), "watching the namespaces of a remote source cluster for namespaceSelector")
+
+	remote.mu.Lock()
+	dyn := remote.dyns[len(remote.dyns)-1]
+	remote.mu.Unlock()
+	_, err := dyn.Resource(namespacesResource).Update(context.Background(), newNamespace("edge-b", map[string]string{"team": "a"}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 15*time.Second, "the namespace watch to see the change", func() bool {
+		return strings.Contains(f.logs.String(), "a namespace of a remote source cluster changed; re-evaluating the ClusterWatchRules that select namespaces") &&
+			strings.Contains(f.logs.String(), "namespace=edge-b")
+	})
+	waitFor(t, 15*time.Second, "the relabelled remote namespace selected", func() bool {
+		return slices.Equal(f.clusterRule("by-label").Status.Namespaces, []string{"edge-a", "edge-b"})
+	})
+	require.NoError(t, dyn.Resource(namespacesResource).Delete(context.Background(), "edge-a", metav1.DeleteOptions{}))
+	waitFor(t, 15*time.Second, "the deleted remote namespace dropped", func() bool {
+		return slices.Equal(f.clusterRule("by-label").Status.Namespaces, []string{"edge-b"})
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -366,4 +368,68 @@ func TestRemoteSecretRotationAndDeletion(t *testing.T) {
 	require.Contains(t, cond.Message, fmt.Sprintf("cluster %q", route))
 	waitReady(t, v1alpha1.WatchRulesResource, ns, "configmaps", metav1.ConditionFalse, v1alpha1.ReasonTargetNotReady)
 	require.True(t, poll(30*time.Second, func() bool { return metricValue(t, informers) == 0 }), "the cluster's informers did not stop")
+}
+
+// remoteNamespaceEventLogged reports whether kubescribe's log has the line of its watch of a
+// remote's Namespaces seeing namespace ns change.
+func remoteNamespaceEventLogged(t *testing.T, ns string) bool {
+	t.Helper()
+	b, err := os.ReadFile(env.LogPath)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"msg":"a namespace of a remote source cluster changed`) && strings.Contains(line, `"namespace":"`+ns+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// A ClusterWatchRule's namespaceSelector on a remote GitTarget follows the remote's namespaces
+// as they are relabelled there: the rule's status drops a namespace whose label went and takes
+// it back when the label returns, each within half the rule's one-minute recheck (kubescribe
+// watches the remote's Namespaces), and a ConfigMap of the selected namespace is mirrored.
+func TestRemoteNamespaceSelectorFollowsTheRemote(t *testing.T) {
+	ctx := context.Background()
+	r := remoteCluster(t)
+	const ns, watched, route, label = "e2e-remote-sel", "e2e-remote-sel-apps", "remote-sel", "e2e-remote-sel"
+	admin := remoteNamespace(t, r, watched, "alice")
+	relabel := func(value string) {
+		t.Helper()
+		_, err := admin.CoreV1().Namespaces().Patch(ctx, watched, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+label+`":"`+value+`"}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	relabel("yes")
+	kc, err := r.Kubeconfig("kubescribe")
+	require.NoError(t, err)
+	m := remoteMirror(t, ns, map[string][]byte{"edge": kc}, map[string]string{"edge": route})
+	m.path = "edge"
+	waitReady(t, v1alpha1.GitTargetsResource, ns, "edge", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	t.Cleanup(func() {
+		_ = dynamicFor(t, "admin").Resource(v1alpha1.ClusterWatchRulesResource).Delete(context.Background(), "remote-sel", metav1.DeleteOptions{})
+	})
+	create(t, v1alpha1.ClusterWatchRulesResource, "", &v1alpha1.ClusterWatchRule{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "ClusterWatchRule"},
+		ObjectMeta: metav1.ObjectMeta{Name: "remote-sel"},
+		Spec: v1alpha1.ClusterWatchRuleSpec{
+			TargetRef:         v1alpha1.NamespacedObjectReference{Namespace: ns, Name: "edge"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}},
+			Rules:             watchConfigMaps,
+		},
+	})
+	selected := func() []string {
+		return statusList(t, v1alpha1.ClusterWatchRulesResource, "", "remote-sel", "namespaces")
+	}
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(selected(), []string{watched}) }), "namespaces: %v", selected())
+
+	relabel("no")
+	require.True(t, poll(30*time.Second, func() bool { return len(selected()) == 0 }), "namespaces: %v", selected())
+	require.True(t, remoteNamespaceEventLogged(t, watched), "the remote's Namespace watch saw the relabel")
+	relabel("yes")
+	require.True(t, poll(30*time.Second, func() bool { return slices.Equal(selected(), []string{watched}) }), "namespaces: %v", selected())
+
+	alice, err := kubernetes.NewForConfig(r.UserConfig("alice"))
+	require.NoError(t, err)
+	createConfigMaps(t, alice.CoreV1().ConfigMaps(watched), "app")
+	want := "edge/" + watched + "/core/configmaps/app.yaml"
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{want}) }), "files: %v", m.files(t))
 }
