@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -389,36 +388,17 @@ func remoteNamespaceEventLogged(t *testing.T, ns string) bool {
 // it back when the label returns, each within half the rule's one-minute recheck (kubescribe
 // watches the remote's Namespaces), and a ConfigMap of the selected namespace is mirrored.
 func TestRemoteNamespaceSelectorFollowsTheRemote(t *testing.T) {
-	ctx := context.Background()
 	r := remoteCluster(t)
 	const ns, watched, route, label = "e2e-remote-sel", "e2e-remote-sel-apps", "remote-sel", "e2e-remote-sel"
 	admin := remoteNamespace(t, r, watched, "alice")
-	relabel := func(value string) {
-		t.Helper()
-		_, err := admin.CoreV1().Namespaces().Patch(ctx, watched, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+label+`":"`+value+`"}}}`), metav1.PatchOptions{})
-		require.NoError(t, err)
-	}
+	relabel := func(value string) { relabelNamespace(t, admin, watched, label, value) }
 	relabel("yes")
 	kc, err := r.Kubeconfig("kubescribe")
 	require.NoError(t, err)
 	m := remoteMirror(t, ns, map[string][]byte{"edge": kc}, map[string]string{"edge": route})
 	m.path = "edge"
 	waitReady(t, v1alpha1.GitTargetsResource, ns, "edge", metav1.ConditionTrue, v1alpha1.ReasonReady)
-	t.Cleanup(func() {
-		_ = dynamicFor(t, "admin").Resource(v1alpha1.ClusterWatchRulesResource).Delete(context.Background(), "remote-sel", metav1.DeleteOptions{})
-	})
-	create(t, v1alpha1.ClusterWatchRulesResource, "", &v1alpha1.ClusterWatchRule{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "ClusterWatchRule"},
-		ObjectMeta: metav1.ObjectMeta{Name: "remote-sel"},
-		Spec: v1alpha1.ClusterWatchRuleSpec{
-			TargetRef:         v1alpha1.NamespacedObjectReference{Namespace: ns, Name: "edge"},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}},
-			Rules:             watchConfigMaps,
-		},
-	})
-	selected := func() []string {
-		return statusList(t, v1alpha1.ClusterWatchRulesResource, "", "remote-sel", "namespaces")
-	}
+	selected := selectingClusterRule(t, "remote-sel", ns, "edge", label)
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(selected(), []string{watched}) }), "namespaces: %v", selected())
 
 	relabel("no")

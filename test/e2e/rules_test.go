@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
@@ -215,6 +216,34 @@ func newMirrorWithoutRule(t *testing.T, ns, path string, users []string, rules [
 	return m
 }
 
+// selectingClusterRule creates ClusterWatchRule name, removed at cleanup, mirroring ConfigMaps
+// for GitTarget ns/target in the namespaces labelled label=yes; it returns a function that reads
+// the rule's status.namespaces.
+func selectingClusterRule(t *testing.T, name, ns, target, label string) func() []string {
+	t.Helper()
+	t.Cleanup(func() {
+		_ = dynamicFor(t, "admin").Resource(v1alpha1.ClusterWatchRulesResource).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	create(t, v1alpha1.ClusterWatchRulesResource, "", &v1alpha1.ClusterWatchRule{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "ClusterWatchRule"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.ClusterWatchRuleSpec{
+			TargetRef:         v1alpha1.NamespacedObjectReference{Namespace: ns, Name: target},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}},
+			Rules:             watchConfigMaps,
+		},
+	})
+	return func() []string { return statusList(t, v1alpha1.ClusterWatchRulesResource, "", name, "namespaces") }
+}
+
+// relabelNamespace sets label of namespace ns to value, through client.
+func relabelNamespace(t *testing.T, client kubernetes.Interface, ns, label, value string) {
+	t.Helper()
+	_, err := client.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+label+`":"`+value+`"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
 // countLogLines counts the lines of kubescribe's JSON log whose msg is msg and whose resource
 // attribute contains resource.
 func countLogLines(t *testing.T, path, msg, resource string) int {
@@ -251,21 +280,7 @@ func TestNamespaceBackInTheSelectionResumes(t *testing.T) {
 	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: watched, Labels: map[string]string{label: "yes"}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	bindRole(t, admin, watched, "writers", configMapWriters, "alice", "bob")
-	t.Cleanup(func() {
-		_ = dynamicFor(t, "admin").Resource(v1alpha1.ClusterWatchRulesResource).Delete(context.Background(), "reselect", metav1.DeleteOptions{})
-	})
-	create(t, v1alpha1.ClusterWatchRulesResource, "", &v1alpha1.ClusterWatchRule{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "ClusterWatchRule"},
-		ObjectMeta: metav1.ObjectMeta{Name: "reselect"},
-		Spec: v1alpha1.ClusterWatchRuleSpec{
-			TargetRef:         v1alpha1.NamespacedObjectReference{Namespace: ns, Name: "target"},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}},
-			Rules:             watchConfigMaps,
-		},
-	})
-	selected := func() []string {
-		return statusList(t, v1alpha1.ClusterWatchRulesResource, "", "reselect", "namespaces")
-	}
+	selected := selectingClusterRule(t, "reselect", ns, "target", label)
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(selected(), []string{watched}) }), "namespaces: %v", selected())
 	alice, bob := clientFor(t, "alice").CoreV1().ConfigMaps(watched), clientFor(t, "bob").CoreV1().ConfigMaps(watched)
 	createConfigMaps(t, alice, "one", "two")
@@ -273,11 +288,7 @@ func TestNamespaceBackInTheSelectionResumes(t *testing.T) {
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{one, two}) }), "files: %v", m.files(t))
 	committer := strings.Split(m.commits(t)[0], "|")[2]
 
-	relabel := func(value string) {
-		t.Helper()
-		_, err := admin.CoreV1().Namespaces().Patch(ctx, watched, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+label+`":"`+value+`"}}}`), metav1.PatchOptions{})
-		require.NoError(t, err)
-	}
+	relabel := func(value string) { relabelNamespace(t, admin, watched, label, value) }
 	relabel("no")
 	require.True(t, poll(60*time.Second, func() bool { return len(selected()) == 0 }), "namespaces: %v", selected())
 	require.Equal(t, []string{one, two}, m.files(t), "a namespace that is no longer selected keeps its files")
