@@ -36,6 +36,7 @@ func run(args []string) int {
 	}
 	opts.Logger = logger
 	installRedisLogger(logger)
+	installKlogLogger(logger)
 	a, err := app.New(opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
