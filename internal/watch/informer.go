@@ -31,12 +31,11 @@ type informerKey struct {
 
 // subscription is one GitTarget's view of a shared informer.
 type subscription struct {
-	target      types.NamespacedName
-	destination string
-	ops         []Op // empty: all
-	// excludeFieldManagers and excludeUsers are the stream's write exclusions.
-	excludeFieldManagers, excludeUsers []string
-	seen                               map[types.UID][32]byte // uid -> hash of the last manifest emitted, for dedup
+	target types.NamespacedName
+	// subscriptionSpec is what the target's owners want: its destination, the operations
+	// (empty: all) and the stream's write exclusions.
+	subscriptionSpec
+	seen map[types.UID][32]byte // uid -> hash of the last manifest emitted, for dedup
 	// cursor is what the target's folder held of this stream at the last push, and listed
 	// the objects the initial state held; both are dropped once synced.
 	cursor Cursor
@@ -181,7 +180,7 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 	}
 	for t, spec := range subs {
 		if sub, ok := s.subs[t]; ok && sub.destination == spec.destination {
-			sub.ops, sub.excludeFieldManagers, sub.excludeUsers = spec.ops, spec.excludeFieldManagers, spec.excludeUsers
+			sub.subscriptionSpec = spec // the same destination: the state it was handed stays
 			continue
 		}
 		// A new target, or one whose destination moved: it gets the whole state again.
@@ -207,8 +206,7 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 // subscribeLocked subscribes target afresh, resuming from cursor: it is handed the informer's
 // whole state (primeLocked).
 func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subscriptionSpec, cursor Cursor) {
-	sub := &subscription{target: target, destination: spec.destination, ops: spec.ops, excludeFieldManagers: spec.excludeFieldManagers, excludeUsers: spec.excludeUsers,
-		seen: map[types.UID][32]byte{}, cursor: cursor, listed: map[string]bool{}}
+	sub := &subscription{target: target, subscriptionSpec: spec, seen: map[types.UID][32]byte{}, cursor: cursor, listed: map[string]bool{}}
 	s.subs[target] = sub
 	s.primeLocked(sub)
 }
@@ -218,11 +216,14 @@ func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subsc
 func (s *sharedInformer) replay(target types.NamespacedName) bool {
 	s.mu.Lock()
 	sub, ok := s.subs[target]
+	var spec subscriptionSpec
+	if ok {
+		spec = sub.subscriptionSpec // setSubscriptions replaces it under s.mu
+	}
 	s.mu.Unlock()
 	if !ok {
 		return false
 	}
-	spec := subscriptionSpec{destination: sub.destination, ops: sub.ops, excludeFieldManagers: sub.excludeFieldManagers, excludeUsers: sub.excludeUsers}
 	cursor := s.loadCursor(target, spec.destination)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -361,8 +361,9 @@ func (c *Cluster) Remove(owner string) {
 // Replay hands target its whole state again, on every stream of this cluster it subscribes
 // to, as a restart would: each stream resumes from its cursor, so an object the cursor holds in
 // its version comes as Unchanged, one changed since the last push as Resumed, and a sweep
-// follows. The writer asks for it when it lost what the branch held (a branch started over).
-// It returns the number of streams replayed.
+// follows. The writer asks for it when the branch no longer holds what was pushed (a branch
+// started over, someone else's commits in the folder). It returns the number of streams
+// replayed.
 func (c *Cluster) Replay(target types.NamespacedName) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
