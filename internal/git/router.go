@@ -600,17 +600,13 @@ func (r *Router) onReplay(k workerKey, req ReplayRequest) {
 		}
 	}
 	r.countMu.Unlock()
-	var targets []types.NamespacedName
-	for name, rt := range r.routes {
-		switch {
-		case rt.worker.key != k:
-		case req.StartedOver:
-			r.startOvers[name]++
-			targets = append(targets, name)
-		case slices.Contains(req.Folders, folderKey(rt.path)):
-			r.foreignEdits[name]++
-			targets = append(targets, name)
-		}
+	counts, in := r.foreignEdits, func(f string) bool { return slices.Contains(req.Folders, f) }
+	if req.StartedOver {
+		counts, in = r.startOvers, nil // every folder of the branch
+	}
+	targets := r.targetsLocked(k, in)
+	for _, name := range targets {
+		counts[name]++
 	}
 	r.mu.Unlock()
 	if req.StartedOver {
@@ -624,22 +620,22 @@ func (r *Router) onReplay(k workerKey, req ReplayRequest) {
 func (r *Router) targetsOf(k workerKey) []types.NamespacedName {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	var names []types.NamespacedName
-	for name, rt := range r.routes {
-		if rt.worker.key == k {
-			names = append(names, name)
-		}
-	}
-	return names
+	return r.targetsLocked(k, nil)
 }
 
 // targetsIn lists the targets a worker writes for into folder.
 func (r *Router) targetsIn(k workerKey, folder string) []types.NamespacedName {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	return r.targetsLocked(k, func(f string) bool { return f == folder })
+}
+
+// targetsLocked lists the targets worker k writes for, into a folder (folderKey) that in
+// accepts when in is not nil. r.mu must be held.
+func (r *Router) targetsLocked(k workerKey, in func(folder string) bool) []types.NamespacedName {
 	var names []types.NamespacedName
 	for name, rt := range r.routes {
-		if rt.worker.key == k && folderKey(rt.path) == folder {
+		if rt.worker.key == k && (in == nil || in(folderKey(rt.path))) {
 			names = append(names, name)
 		}
 	}
