@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
@@ -86,8 +87,14 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 // selectNamespaces lists the namespaces whose labels sel matches, sorted; never nil, so that a
 // selector matching no namespace watches none rather than all.
 func (c *Controller) selectNamespaces(sel labels.Selector) []string {
+	return namespacesIn(c.informers[kindNamespace].GetStore(), sel)
+}
+
+// namespacesIn lists the names of the Namespaces in store whose labels sel matches, sorted;
+// never nil.
+func namespacesIn(store cache.Store, sel labels.Selector) []string {
 	out := []string{}
-	for _, obj := range c.informers[kindNamespace].GetStore().List() {
+	for _, obj := range store.List() {
 		u, ok := obj.(*unstructured.Unstructured)
 		if ok && sel.Matches(labels.Set(u.GetLabels())) {
 			out = append(out, u.GetName())

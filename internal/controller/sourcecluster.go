@@ -149,15 +149,8 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	if client == nil {
 		return nil, fmt.Errorf("source cluster %q is not registered", route)
 	}
-	out := []string{}
 	if inf != nil && inf.HasSynced() {
-		for _, obj := range inf.GetStore().List() {
-			if u, ok := obj.(*unstructured.Unstructured); ok && sel.Matches(labels.Set(u.GetLabels())) {
-				out = append(out, u.GetName())
-			}
-		}
-		slices.Sort(out)
-		return out, nil
+		return namespacesIn(inf.GetStore(), sel), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
 	defer cancel()
@@ -165,6 +158,7 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	if err != nil {
 		return nil, fmt.Errorf("listing the namespaces of cluster %q for namespaceSelector: %v", route, err)
 	}
+	out := []string{}
 	for _, ns := range list.Items {
 		if sel.Matches(labels.Set(ns.GetLabels())) {
 			out = append(out, ns.GetName())
