@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubescribe/kubescribe/internal/redistest"
 	"github.com/kubescribe/kubescribe/internal/testlog"
 )
 
@@ -19,10 +19,7 @@ import (
 // arrives as a JSON record of component redis, at debug level (the client's hook reports the
 // outage itself), rather than as a plain line on stderr.
 func TestRedisLoggerKeepsTheLogJSON(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close()) // nothing listens there now
+	addr := redistest.FreeAddr(t) // nothing listens there
 
 	var out testlog.Buffer
 	installRedisLogger(slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))

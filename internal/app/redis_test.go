@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -23,10 +22,7 @@ import (
 // TestRedisHookReportsFailures: a Redis that does not answer shows in the client's own
 // metrics and log, not in a process-global logger.
 func TestRedisHookReportsFailures(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there now
+	addr := redistest.FreeAddr(t) // nothing listens there
 
 	var logs bytes.Buffer
 	reg := prometheus.NewRegistry()

@@ -13,6 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// FreeAddr returns a loopback address ("127.0.0.1:<port>") where nothing listens now: a port
+// the kernel handed out and that was closed again. A client dialling it is refused (a Redis
+// that is down), and a server may be started there.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
 // Start runs a redis-server on a free loopback port for the test, without persistence, and
 // returns a client for it; both are stopped at cleanup. The test is skipped when redis-server
 // is not installed (make test installs it).
@@ -22,10 +34,10 @@ func Start(t testing.TB) *redis.Client {
 	if err != nil {
 		t.Skip("redis-server not installed (make test installs it)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, portText, err := net.SplitHostPort(FreeAddr(t))
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port, err := strconv.Atoi(portText)
+	require.NoError(t, err)
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir(), "--save", "", "--appendonly", "no")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
