@@ -31,6 +31,16 @@ const maxDeltaRatio = 0.75
 // changed, not on the size or history of the repository.
 func buildPack(s storer.EncodedObjectStorer, objs []packObject, thin bool) ([]byte, error) {
 	seen := make(map[plumbing.Hash]bool, len(objs))
+	// An object can come back: a commit that undoes an earlier one of the same push writes the
+	// trees that commit replaced, and records the earlier commit's trees as their bases. A delta
+	// against an object that comes later in the pack would then close a cycle (X against Y, Y
+	// against X), which git's index-pack, completing the thin pack from the repository, may
+	// refuse: "REF_DELTA at offset N already resolved (duplicate base Y?)". So an object whose
+	// base comes later in the pack is sent whole.
+	held := make(map[plumbing.Hash]bool, len(objs))
+	for _, o := range objs {
+		held[o.hash] = true
+	}
 	// The header's object count is known at the end: it is written in place then, so that the
 	// pack is built in one buffer (a snapshot's pack is megabytes).
 	var body bytes.Buffer
@@ -52,7 +62,7 @@ func buildPack(s storer.EncodedObjectStorer, objs []packObject, thin bool) ([]by
 		}
 		var data []byte
 		base := plumbing.ZeroHash
-		if thin && !o.base.IsZero() && o.base != o.hash {
+		if thin && !o.base.IsZero() && o.base != o.hash && (seen[o.base] || !held[o.base]) {
 			if o.patched != nil {
 				if raw, ok := obj.(*rawObject); ok && s.HasEncodedObject(o.base) == nil {
 					data, base, typ = patchDelta(raw.c, o.patched), o.base, packTypeRefDelta
