@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -110,19 +109,9 @@ func (m *managed) waitAttributionWebhook(t *testing.T) {
 // stackMetric is the value of one series of s's kubescribe /metrics (0 when absent).
 func stackMetric(t *testing.T, s *stack.Stack, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.OpsURL + "/metrics")
+	m, err := stack.ScrapeMetrics(s.OpsURL)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
-			require.NoError(t, err)
-			return v
-		}
-	}
-	return 0
+	return m[series]
 }
 
 // mirrorOn creates, on m's stack, namespace ns mirrored to a repository, watching ConfigMaps

@@ -16,14 +16,10 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -127,7 +123,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	ksBefore, err := scrape(s.OpsURL + "/metrics")
+	ksBefore, err := scrape(s.OpsURL)
 	if err != nil {
 		return err
 	}
@@ -139,7 +135,7 @@ func run(o options) (err error) {
 		return err
 	}
 	elapsed := res.elapsed.Seconds()
-	ksAfterLoad, err := scrape(s.OpsURL + "/metrics")
+	ksAfterLoad, err := scrape(s.OpsURL)
 	if err != nil {
 		return err
 	}
@@ -161,7 +157,7 @@ func run(o options) (err error) {
 		step("not settled after %.1fs (kubescribe idle, repository unchanged): %d differences", time.Since(settleStart).Seconds(), len(mismatch))
 	}
 
-	ksAfter, err := scrape(s.OpsURL + "/metrics")
+	ksAfter, err := scrape(s.OpsURL)
 	if err != nil {
 		return err
 	}
@@ -543,7 +539,7 @@ func settle(ctx context.Context, s *stack.Stack, repoDir string, timeout time.Du
 		if string(tip) != lastTip {
 			lastTip, lastMove = string(tip), time.Now()
 		}
-		m, err := scrape(s.OpsURL + "/metrics")
+		m, err := scrape(s.OpsURL)
 		if err != nil {
 			return nil, err
 		}
@@ -662,7 +658,7 @@ func apiserverAuditCounters(ctx context.Context, s *stack.Stack) (auditCounters,
 	if err != nil {
 		return auditCounters{}, fmt.Errorf("apiserver /metrics: %w", err)
 	}
-	m := parseMetrics(raw)
+	m := metrics(stack.ParseMetrics(raw))
 	c := auditCounters{events: m.sum("apiserver_audit_event_total", ""), errors: m.sum("apiserver_audit_error_total", "")}
 	for _, l := range m.lines("apiserver_audit_error_total") {
 		c.errorDetail += " " + l
@@ -672,39 +668,10 @@ func apiserverAuditCounters(ctx context.Context, s *stack.Stack) (auditCounters,
 
 type metrics map[string]float64 // "name{labels}" -> value
 
-func scrape(url string) (metrics, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return parseMetrics(b), nil
-}
-
-func parseMetrics(b []byte) metrics {
-	m := metrics{}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		i := bytes.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(string(line[i+1:]), 64)
-		if err != nil || math.IsNaN(v) {
-			continue
-		}
-		m[string(line[:i])] = v
-	}
-	return m
+// scrape reads kubescribe's /metrics at opsURL.
+func scrape(opsURL string) (metrics, error) {
+	m, err := stack.ScrapeMetrics(opsURL)
+	return metrics(m), err
 }
 
 // sum adds the series of metric name whose labels contain filter.

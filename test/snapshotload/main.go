@@ -300,7 +300,7 @@ func restart(ctx context.Context, c config, s *stack.Stack, bin, repoDir string,
 	mon = newMonitor(pid, "", c.dir)
 	mon.resetPeak("restart")
 	if err := waitFor(ctx, c.snapshotTimeout, 200*time.Millisecond, func() (bool, string) {
-		m, _ := metrics(s.OpsURL) // an unreadable page reads as nothing passed yet
+		m, _ := stack.ScrapeMetrics(s.OpsURL) // an unreadable page reads as nothing passed yet
 		joined := m[`kubescribe_attribution_joins_total{result="snapshot"}`]
 		waiting := m["kubescribe_attribution_pending_changes"] + m["kubescribe_git_pending_changes"]
 		return joined >= float64(c.objects) && waiting == 0, fmt.Sprintf("%.0f of %d objects passed the join, %.0f changes held", joined, c.objects, waiting)
@@ -312,27 +312,6 @@ func restart(ctx context.Context, c config, s *stack.Stack, bin, repoDir string,
 	res.restartCommits = len(gitLines(repoDir, "rev-list", tip+"..main"))
 	logf("restarted and resumed in %s (%d commits): %s", res.restartWall.Round(time.Millisecond), res.restartCommits, res.restartEnd)
 	return mon, nil
-}
-
-// metrics reads the samples of the server's /metrics, by their whole name ("name" or
-// "name{labels}").
-func metrics(opsURL string) (map[string]float64, error) {
-	resp, err := http.Get(opsURL + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	v := map[string]float64{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
-			v[l[:i]], _ = strconv.ParseFloat(l[i+1:], 64)
-		}
-	}
-	return v, nil
 }
 
 // waitFacts waits until Redis holds at least n keys and their number stays the same for two
@@ -682,7 +661,7 @@ func mib(kib int) float64 { return float64(kib) / 1024 }
 // collected yet), stacks, and the runtime's own structures (GC metadata, spans, profiling
 // buckets, other). Unlike a heap profile it allocates next to nothing in the server.
 func runtimeMemory(opsURL string) string {
-	v, err := metrics(opsURL)
+	v, err := stack.ScrapeMetrics(opsURL)
 	if err != nil {
 		return fmt.Sprintf("runtime memory: %v", err)
 	}
