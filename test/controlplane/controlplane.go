@@ -151,7 +151,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	// etcd client, etcd peer, apiserver, redis, audit endpoint.
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return nil, err
 	}

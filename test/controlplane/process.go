@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -192,20 +191,4 @@ func writeTail(w io.Writer, path string, n int) {
 		w.Write(l)
 		io.WriteString(w, "\n")
 	}
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1. All listeners stay open until
-// every port is chosen so the kernel cannot hand out one port twice. Another process may
-// still take a port before the child binds it; on a test machine that is rare enough.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -58,7 +58,7 @@ func (cp *ControlPlane) StartRemote(ctx context.Context, route string) (_ *Remot
 			return nil, fmt.Errorf("controlplane: %w", err)
 		}
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,8 +84,8 @@ type Stack struct {
 	// the default.
 	AttributionSource string
 	// ManageAttributionWebhook makes kubescribe, from its next start on, manage the
-	// attribution webhook configuration, reached at its admission address (known once it ran
-	// once) with the control plane's CA.
+	// attribution webhook configuration, reached at its admission address with the control
+	// plane's CA.
 	ManageAttributionWebhook bool
 }
 
@@ -144,7 +143,10 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
 	if s.admissionAddr == "" {
-		s.admissionAddr = "127.0.0.1:0"
+		// Chosen once, outside the ephemeral range, and bound again at every restart.
+		if s.admissionAddr, err = controlplane.FreeAddr(); err != nil {
+			return err
+		}
 	}
 	o.AdmissionListenAddress = s.admissionAddr
 	o.ShutdownTimeout = 20 * time.Second
@@ -154,7 +156,7 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	if s.AttributionSource != "" {
 		o.AttributionSource = s.AttributionSource
 	}
-	if s.ManageAttributionWebhook && s.admissionAddr != "127.0.0.1:0" {
+	if s.ManageAttributionWebhook {
 		o.AttributionWebhookURL = "https://" + s.admissionAddr
 		o.AttributionWebhookCAFile = cp.Audit.ClientCAFile // the control plane's CA
 	}
@@ -181,12 +183,10 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	if s.logFile, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	opsAddr, err := controlplane.FreeAddr()
 	if err != nil {
 		return err
 	}
-	opsAddr := ln.Addr().String()
-	_ = ln.Close()
 	grace := s.grace
 	if grace <= 0 {
 		grace = app.DefaultOptions().AttributionGrace

@@ -1,0 +1,65 @@
+package controlplane
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 where nothing listens now. They are
+// chosen below the kernel's ephemeral range (net.ipv4.ip_local_port_range), from which it
+// picks the local port of every outgoing connection: a server that binds its port again after
+// a restart (Redis, the audit endpoint, kubescribe's admission webhook) would otherwise find
+// it taken, now and then, by a client's connection. All listeners stay open until every port
+// is chosen, so no port is returned twice.
+func FreePorts(n int) ([]int, error) {
+	lo, hi := fixedPortRange()
+	ports := make([]int, 0, n)
+	for range n {
+		var l net.Listener
+		var err error
+		for try := 0; l == nil; try++ {
+			addr := "127.0.0.1:0"
+			if hi > lo && try < 100 {
+				addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+			}
+			if l, err = net.Listen("tcp", addr); err != nil && addr == "127.0.0.1:0" {
+				return nil, fmt.Errorf("pick a free port: %w", err)
+			}
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// FreeAddr is "127.0.0.1:<port>" of one port of FreePorts.
+func FreeAddr() (string, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(ports[0]), nil
+}
+
+// fixedPortRange is the range [lo, hi) FreePorts picks from: the 16,384 ports below the
+// ephemeral range, above the privileged ones. It is empty when the ephemeral range starts too
+// low to leave room; FreePorts then takes what the kernel hands out.
+func fixedPortRange() (lo, hi int) {
+	hi = 32768 // Linux's default ephemeral range is 32768-60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				hi = v
+			}
+		}
+	}
+	lo = max(hi-16384, 1024)
+	if hi-lo < 1024 {
+		return 0, 0
+	}
+	return lo, hi
+}
