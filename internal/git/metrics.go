@@ -21,6 +21,14 @@ const (
 	compactionFull  = "full"  // the tip's trees copied into a new store
 )
 
+// Results of a branch check (Worker.checkBranch), the values of
+// kubescribe_git_branch_checks_total's "result" label.
+const (
+	branchCheckUnchanged = "unchanged"
+	branchCheckMoved     = "moved" // someone else's commits, a rewind or a deletion
+	branchCheckError     = "error"
+)
+
 // Metrics of the git workers. One Metrics may be shared by all workers of a process; values are
 // summed over them.
 type Metrics struct {
@@ -37,6 +45,7 @@ type Metrics struct {
 	folderChecks *prometheus.CounterVec
 	folderFetch  *prometheus.CounterVec
 	startOvers   prometheus.Counter
+	branchChecks *prometheus.CounterVec
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -92,6 +101,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_folder_check_fetches_total",
 			Help: "Fetches made to read a folder's files for its check, by kind: blobs (the folder's files by id) or full (the branch tip with every file, when the remote refused the ids).",
 		}, []string{"kind"}),
+		branchChecks: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_git_branch_checks_total",
+			Help: "Fetches of a branch a git worker had nothing to push to (GitProvider spec.fetchInterval), by result: unchanged, moved (someone else's commits, a rewind or a deletion) or error.",
+		}, []string{"result"}),
 		startOvers: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_branch_start_overs_total",
 			Help: "Branches a git worker started over from nothing because the server refused them back on their old history (deleted, then garbage-collected); every file is written again from the cluster.",
@@ -108,6 +121,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, k := range []string{compactionPrune, compactionFull} {
 		m.compactions.WithLabelValues(k)
+	}
+	for _, r := range []string{branchCheckUnchanged, branchCheckMoved, branchCheckError} {
+		m.branchChecks.WithLabelValues(r)
 	}
 	return m
 }
@@ -182,5 +198,11 @@ func (m *Metrics) folderFetched(kind string) {
 func (m *Metrics) branchStartedOver() {
 	if m != nil {
 		m.startOvers.Inc()
+	}
+}
+
+func (m *Metrics) branchChecked(result string) {
+	if m != nil {
+		m.branchChecks.WithLabelValues(result).Inc()
 	}
 }

@@ -108,6 +108,10 @@ type Options struct {
 	CommitWindow time.Duration
 	// AuthorEmailDomain completes the email of usernames without '@': <username>@<domain>.
 	AuthorEmailDomain string
+	// FetchInterval is how often the worker fetches the branch while it has nothing to push,
+	// to find someone else's commits that changed its folders (reported through OnReplay).
+	// 0 fetches only when a push needs it. Must be >= 0.
+	FetchInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.
@@ -160,6 +164,9 @@ func (o *Options) validate() error {
 	}
 	if o.CommitWindow <= 0 {
 		return fmt.Errorf("git: Options.CommitWindow must be > 0, got %s", o.CommitWindow)
+	}
+	if o.FetchInterval < 0 {
+		return fmt.Errorf("git: Options.FetchInterval must be >= 0, got %s", o.FetchInterval)
 	}
 	if o.AuthorEmailDomain == "" {
 		return errors.New("git: Options.AuthorEmailDomain is required")

@@ -151,6 +151,71 @@ func (w *Worker) foreignEdits(base, tip plumbing.Hash) {
 	w.opts.OnReplay(ReplayRequest{Folders: folders})
 }
 
+// branchCheckAt is when the branch is fetched next while the worker has nothing to push:
+// FetchInterval after it was last seen (a clone, fetch or push), not before a retry is due.
+// There is no such check without an interval, before the first clone, or while commits or an
+// open window wait: their push finds out whether the branch moved.
+func (w *Worker) branchCheckAt() (time.Time, bool) {
+	every := time.Duration(w.fetchEvery.Load())
+	if every <= 0 || w.store == nil || w.stale || w.final || w.win != nil || len(w.plans) > 0 {
+		return time.Time{}, false
+	}
+	at := w.remoteSeen.Add(every)
+	if w.retryAt.After(at) {
+		at = w.retryAt
+	}
+	return at, true
+}
+
+// checkBranch fetches the branch when branchCheckAt says so. Someone else's commits that changed
+// the worker's folders are thus found, and reported through OnReplay (foreignEdits), while
+// nothing happens in the cluster; otherwise only the next refused push would find them. While
+// the branch did not move, the check reads its advertisement only.
+func (w *Worker) checkBranch(ctx context.Context) {
+	if at, ok := w.branchCheckAt(); !ok || time.Now().Before(at) {
+		return
+	}
+	moved, err := w.refetch(ctx)
+	if err != nil {
+		w.opts.Metrics.branchChecked(branchCheckError)
+		w.failed(ctx, "fetch", err)
+		w.branchCheckFailed = true
+		return
+	}
+	if w.branchCheckFailed {
+		w.branchCheckFailed = false
+		w.failures, w.retryAt = 0, time.Time{}
+		w.setError(nil)
+		w.log.Info("the branch can be fetched again")
+	}
+	if !moved {
+		w.opts.Metrics.branchChecked(branchCheckUnchanged)
+		return
+	}
+	w.opts.Metrics.branchChecked(branchCheckMoved)
+	w.idleSince, w.trimmed = time.Time{}, false // trim what the fetch added once idle again
+	if w.stale {
+		if err := w.rebuild(); err != nil {
+			w.failed(ctx, "rebuild", err)
+		}
+	}
+}
+
+// SetFetchInterval replaces the interval of the branch checks of a running worker
+// (Options.FetchInterval); it takes effect at once.
+func (w *Worker) SetFetchInterval(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	if time.Duration(w.fetchEvery.Swap(int64(d))) == d {
+		return
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // scanForPlans looks for pending plans in the history of the remote tip, newest first, without
 // walking past stop (the remote tip as last known) and over at most len(plans)+historyScanSlack
 // commits. It returns the index of the newest plan found (-1 for none), whether it met stop,

@@ -27,6 +27,8 @@ type Remote struct {
 	Committer         Signature
 	CommitWindow      time.Duration
 	AuthorEmailDomain string
+	// FetchInterval is how often an idle worker fetches its branch (Options.FetchInterval).
+	FetchInterval time.Duration
 }
 
 // Destination is where one GitTarget's changes go: a branch and a folder of a Remote.
@@ -244,8 +246,8 @@ func (r *Router) Stop(ctx context.Context) error {
 }
 
 // Route sends target's changes to dest, starting its branch worker when none runs, and
-// replacing one that runs with other settings. Rotated credentials are taken in place, so the
-// worker keeps what it holds.
+// replacing one that runs with other settings. Rotated credentials and a new fetch interval are
+// taken in place, so the worker keeps what it holds.
 func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -404,13 +406,17 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		if reflect.DeepEqual(old.remote, remote) {
 			return old, nil
 		}
-		withOldCreds := remote
-		withOldCreds.Credentials = old.remote.Credentials
-		if reflect.DeepEqual(old.remote, withOldCreds) {
-			if err := old.worker.SetCredentials(remote.Credentials); err != nil {
-				return nil, err
+		inPlace := remote
+		inPlace.Credentials, inPlace.FetchInterval = old.remote.Credentials, old.remote.FetchInterval
+		if reflect.DeepEqual(old.remote, inPlace) {
+			if !reflect.DeepEqual(old.remote.Credentials, remote.Credentials) {
+				if err := old.worker.SetCredentials(remote.Credentials); err != nil {
+					return nil, err
+				}
+				old.remote.Credentials = remote.Credentials
 			}
-			old.remote.Credentials = remote.Credentials
+			old.worker.SetFetchInterval(remote.FetchInterval)
+			old.remote.FetchInterval = remote.FetchInterval
 			return old, nil
 		}
 		r.stopWorkerLocked(old)
@@ -425,6 +431,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		Committer:         remote.Committer,
 		CommitWindow:      remote.CommitWindow,
 		AuthorEmailDomain: remote.AuthorEmailDomain,
+		FetchInterval:     remote.FetchInterval,
 		Logger:            r.opts.Logger.With("provider", k.provider.String()),
 		Metrics:           r.opts.Metrics,
 		OnPushed:          func(res PushResult) { r.onPushed(k, res) },

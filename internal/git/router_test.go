@@ -91,7 +91,7 @@ func TestRouterDeliversAndRecordsPushes(t *testing.T) {
 
 // TestRouterKeepsWorkerOfRoutedTarget: unrouting one target stops only workers no route uses,
 // so a worker another target was just routed to keeps running; targets of one provider branch
-// share one worker, and rotated credentials are taken in place.
+// share one worker, and rotated credentials and a new fetch interval are taken in place.
 func TestRouterKeepsWorkerOfRoutedTarget(t *testing.T) {
 	_, url := newBareRemote(t)
 	r := startRouter(t, RouterOptions{})
@@ -111,6 +111,12 @@ func TestRouterKeepsWorkerOfRoutedTarget(t *testing.T) {
 	w3, _ := r.RouteOf(db)
 	require.Same(t, w1.Worker, w3.Worker, "a credentials rotation keeps the worker")
 	require.Equal(t, "rotated", w3.Remote.Credentials.Password)
+
+	remote.FetchInterval = 10 * time.Second
+	require.NoError(t, r.Route(web, Destination{Remote: remote, Branch: "main", Path: "web"}))
+	w5, _ := r.RouteOf(db)
+	require.Same(t, w1.Worker, w5.Worker, "a new fetch interval keeps the worker")
+	require.Equal(t, 10*time.Second, time.Duration(w5.Worker.fetchEvery.Load()))
 
 	remote.CommitWindow = time.Second
 	require.NoError(t, r.Route(web, Destination{Remote: remote, Branch: "main", Path: "web"}))

@@ -1,10 +1,13 @@
 package git
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
@@ -152,4 +155,41 @@ func TestForeignEditOfAFolderAsksForItsReplay(t *testing.T) {
 	require.Len(t, tw.replays(), 2, "a rewind took the folder back")
 	require.Equal(t, []string{"apps"}, tw.replays()[1].Folders)
 	require.Contains(t, tw.logs.String(), "someone else's commits changed folders kubescribe writes")
+}
+
+// TestIdleWorkerFetchesForForeignEdits: with a fetch interval, a worker with nothing to push
+// fetches its branch by itself. Someone else's commit outside its folder asks for nothing; one
+// that edits a file in it asks for the folder's replay, with no change submitted. A branch that
+// cannot be fetched is the worker's error until it can be fetched again.
+func TestIdleWorkerFetchesForForeignEdits(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.FetchInterval = 20 * time.Millisecond
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	checks := func(result string) float64 {
+		return testutil.ToFloat64(opts.Metrics.branchChecks.WithLabelValues(result))
+	}
+	tw := startWorker(t, opts)
+	tw.Submit("apps", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
+	tw.waitPushed(t)
+	require.Eventually(t, func() bool { return checks(branchCheckUnchanged) >= 2 }, 20*time.Second, 10*time.Millisecond,
+		"an idle worker checks its branch: %s", tw.logs.String())
+
+	pushCommitFromClone(t, url, "main", "README.md", "hello")
+	require.Eventually(t, func() bool { return checks(branchCheckMoved) == 1 }, 20*time.Second, 10*time.Millisecond)
+	pushCommitFromClone(t, url, "main", "apps/demo/core/configmaps/first.yaml", "tampered")
+	require.Eventually(t, func() bool { return len(tw.replays()) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the edit in the folder is found without a push: %s", tw.logs.String())
+	require.Equal(t, ReplayRequest{Folders: []string{"apps"}}, tw.replays()[0], "the README asked for nothing")
+	require.Equal(t, 1, len(tw.pushes.commits()), "a check pushes nothing")
+
+	moved := gitDir + ".away"
+	require.NoError(t, os.Rename(gitDir, moved))
+	require.Eventually(t, func() bool { return tw.Status().LastError != nil && checks(branchCheckError) >= 1 }, 20*time.Second, 10*time.Millisecond)
+	require.NotEmpty(t, tw.failures())
+	require.NoError(t, os.Rename(moved, gitDir))
+	require.Eventually(t, func() bool { return tw.Status().LastError == nil }, 20*time.Second, 10*time.Millisecond,
+		"a check that works again clears the error: %s", tw.logs.String())
+	require.Contains(t, tw.logs.String(), "the branch can be fetched again")
 }

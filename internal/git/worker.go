@@ -234,6 +234,11 @@ type Worker struct {
 	retryAt  time.Time // real clock; zero = now
 	// checkFailed is set while LastError is a failed folder check's.
 	checkFailed bool
+	// fetchEvery is Options.FetchInterval (a time.Duration), replaced by SetFetchInterval
+	// while the worker runs; branchCheckFailed is set while LastError is a failed branch
+	// check's (checkBranch).
+	fetchEvery        atomic.Int64
+	branchCheckFailed bool
 	// idleSince is when the worker last found nothing to do (zero while it has work), and
 	// trimmed whether it trimmed since (trimIfIdle).
 	idleSince time.Time
@@ -264,6 +269,7 @@ func NewWorker(opts Options) (*Worker, error) {
 		wake:         make(chan struct{}, 1),
 	}
 	w.pushFn = w.pushOnce
+	w.fetchEvery.Store(int64(opts.FetchInterval))
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
 	w.creds = opts.Credentials
 	w.auth, _ = authFor(opts.URL, opts.Credentials) // validate checked it
@@ -378,6 +384,9 @@ func (w *Worker) nextWakeup() (time.Time, bool) {
 		if at := w.idleSince.Add(w.idleTrim); next.IsZero() || at.Before(next) {
 			next = at
 		}
+	}
+	if at, ok := w.branchCheckAt(); ok && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	return next, !next.IsZero()
 }
@@ -737,6 +746,7 @@ func (w *Worker) sync(ctx context.Context) {
 	if time.Now().Before(w.retryAt) {
 		return // a check failed
 	}
+	w.checkBranch(ctx)
 	if len(w.plans) > 0 && !w.holding() {
 		w.push(ctx)
 	}
@@ -950,7 +960,7 @@ func (w *Worker) failed(ctx context.Context, what string, err error) {
 		return
 	}
 	w.failures++
-	w.checkFailed = false // replaced by this failure; a failed check sets it again
+	w.checkFailed, w.branchCheckFailed = false, false // replaced by this failure; a failed check sets its own again
 	d := w.backoff(w.failures)
 	w.retryAt = time.Now().Add(d)
 	w.setError(err)
