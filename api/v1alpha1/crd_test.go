@@ -113,6 +113,12 @@ func TestCRDPatterns(t *testing.T) {
 			bad:    []string{"", "5", "-5s", "5 s", "1d"},
 		},
 		{
+			name:   "GitProvider fetchInterval",
+			schema: schemaAt(t, providers, "spec", "fetchInterval"),
+			valid:  []string{"1m", "0s", "30s", "1h30m"},
+			bad:    []string{"", "60", "-1m", "1 m", "1d"},
+		},
+		{
 			name:   "GitProvider authorEmailDomain",
 			schema: schemaAt(t, providers, "spec", "authorEmailDomain"),
 			valid:  []string{"example.com", "users.kubescribe.invalid", "localhost"},

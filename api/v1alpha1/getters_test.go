@@ -36,6 +36,29 @@ func TestGitProviderSpecGetCommitWindow(t *testing.T) {
 	}
 }
 
+func TestGitProviderSpecGetFetchInterval(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		spec *v1alpha1.GitProviderSpec
+		want time.Duration
+	}{
+		{name: "nil spec", spec: nil, want: time.Minute},
+		{name: "unset", spec: &v1alpha1.GitProviderSpec{}, want: time.Minute},
+		{name: "set", spec: &v1alpha1.GitProviderSpec{FetchInterval: &metav1.Duration{Duration: 10 * time.Second}}, want: 10 * time.Second},
+		{name: "zero turns the checks off", spec: &v1alpha1.GitProviderSpec{FetchInterval: &metav1.Duration{}}, want: 0},
+		{name: "negative falls back", spec: &v1alpha1.GitProviderSpec{FetchInterval: &metav1.Duration{Duration: -time.Second}}, want: time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, tt.spec.GetFetchInterval())
+			var p *v1alpha1.GitProvider
+			if tt.spec != nil {
+				p = &v1alpha1.GitProvider{Spec: *tt.spec}
+			}
+			require.Equal(t, tt.want, p.GetFetchInterval())
+		})
+	}
+}
+
 func TestGitProviderSpecGetCommitter(t *testing.T) {
 	def := v1alpha1.Identity{Name: "kubescribe", Email: "kubescribe@kubescribe.invalid"}
 	tests := []struct {

@@ -10,6 +10,8 @@ import (
 const (
 	// DefaultCommitWindow is the commit window used when spec.commitWindow is not set.
 	DefaultCommitWindow = 5 * time.Second
+	// DefaultFetchInterval is the fetch interval used when spec.fetchInterval is not set.
+	DefaultFetchInterval = time.Minute
 	// DefaultCommitterName is the committer name used when spec.committer is not set.
 	DefaultCommitterName = "kubescribe"
 	// DefaultCommitterEmail is the committer email used when spec.committer is not set.
@@ -75,6 +77,19 @@ type GitProviderSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="commitWindow must be above 0s and at most 1h"
 	CommitWindow *metav1.Duration `json:"commitWindow,omitempty"`
+
+	// FetchInterval is how often kubescribe fetches a branch it has nothing to push to, to find
+	// commits someone else pushed there. A file of a GitTarget's folder that such a commit edited
+	// or removed is written again as the cluster has it, by the committer; a commit outside the
+	// folders changes nothing. Each check reads the branch's advertisement, and fetches only
+	// when the branch moved. Without checks (0s), such edits are found when the next push is
+	// refused. A Go duration of at least 1s and at most 24h, or "0s". Defaults to 1m.
+	// +optional
+	// +kubebuilder:default="1m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))",message="fetchInterval must be 0s, or at least 1s and at most 24h"
+	FetchInterval *metav1.Duration `json:"fetchInterval,omitempty"`
 
 	// AuthorEmailDomain is the domain of the author email for Kubernetes usernames that contain
 	// no '@': such a user's commits are authored as <username>@<authorEmailDomain>. Defaults to
@@ -149,6 +164,15 @@ func (s *GitProviderSpec) GetCommitWindow() time.Duration {
 	return s.CommitWindow.Duration
 }
 
+// GetFetchInterval returns spec.fetchInterval, or DefaultFetchInterval when it is unset or
+// negative; 0 turns the checks off.
+func (s *GitProviderSpec) GetFetchInterval() time.Duration {
+	if s == nil || s.FetchInterval == nil || s.FetchInterval.Duration < 0 {
+		return DefaultFetchInterval
+	}
+	return s.FetchInterval.Duration
+}
+
 // GetCommitter returns spec.committer with DefaultCommitterName and DefaultCommitterEmail in
 // place of an unset committer or an empty field.
 func (s *GitProviderSpec) GetCommitter() Identity {
@@ -180,6 +204,14 @@ func (p *GitProvider) GetCommitWindow() time.Duration {
 		return DefaultCommitWindow
 	}
 	return p.Spec.GetCommitWindow()
+}
+
+// GetFetchInterval returns the provider's fetch interval; see GitProviderSpec.GetFetchInterval.
+func (p *GitProvider) GetFetchInterval() time.Duration {
+	if p == nil {
+		return DefaultFetchInterval
+	}
+	return p.Spec.GetFetchInterval()
 }
 
 // GetCommitter returns the provider's committer; see GitProviderSpec.GetCommitter.

@@ -24,6 +24,13 @@ const probeTimeout = 30 * time.Second
 // maxCommitWindow is the longest commit window accepted, as the CRD schema says.
 const maxCommitWindow = time.Hour
 
+// minFetchInterval and maxFetchInterval bound a fetch interval other than 0, as the CRD schema
+// says.
+const (
+	minFetchInterval = time.Second
+	maxFetchInterval = 24 * time.Hour
+)
+
 // syncProvider validates a GitProvider's credentials and checks its repository answers.
 func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName) error {
 	var p v1alpha1.GitProvider
@@ -75,6 +82,9 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	if w := p.GetCommitWindow(); w <= 0 || w > maxCommitWindow {
 		return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.commitWindow %s must be above 0s and at most %s", w, maxCommitWindow), false
 	}
+	if f := p.GetFetchInterval(); f != 0 && (f < minFetchInterval || f > maxFetchInterval) {
+		return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.fetchInterval %s must be 0s, or at least %s and at most %s", f, minFetchInterval, maxFetchInterval), false
+	}
 	creds, reason, msg, retry := c.providerCredentials(ctx, p)
 	if reason != "" {
 		return nil, reason, msg, retry
@@ -87,6 +97,7 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 		Committer:         git.Signature{Name: committer.Name, Email: committer.Email},
 		CommitWindow:      p.GetCommitWindow(),
 		AuthorEmailDomain: p.GetAuthorEmailDomain(),
+		FetchInterval:     p.GetFetchInterval(),
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()

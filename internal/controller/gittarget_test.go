@@ -278,6 +278,24 @@ func TestSyncTargetZeroCommitWindow(t *testing.T) {
 		"provider: %s %s %q; target: %s %s %q", p.Status, p.Reason, p.Message, tg.Status, tg.Reason, tg.Message)
 }
 
+// A fetchInterval the CRD's CEL rule refuses (an older API server stores it anyway) makes the
+// provider report its spec invalid, naming the field.
+func TestSyncProviderRefusesFetchIntervalOutOfRange(t *testing.T) {
+	for _, d := range []time.Duration{time.Millisecond, 25 * time.Hour} {
+		f := newFixture(t, fixtureConfig{
+			objects: []runtime.Object{newProvider("git", bareRepo, func(p *v1alpha1.GitProvider) {
+				p.Spec.FetchInterval = &metav1.Duration{Duration: d}
+			})},
+			secrets: []runtime.Object{credsSecret()},
+		})
+		require.NoError(t, f.syncProvider("git"))
+		p := readyCondition(t, f.provider("git").Status.Conditions)
+		require.Equal(t, metav1.ConditionFalse, p.Status, d.String())
+		require.Equal(t, v1alpha1.ReasonInvalidSpec, p.Reason)
+		require.Contains(t, p.Message, "spec.fetchInterval "+d.String())
+	}
+}
+
 // TestSyncTargetForgetsDeletedTargetPushes: a push shows in the target's status; a GitTarget
 // that is deleted and created again (for example on another provider) starts without the last
 // push of its predecessor.

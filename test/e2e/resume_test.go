@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -371,6 +372,39 @@ func TestForeignEditOfTheFolderIsUndone(t *testing.T) {
 	require.Equal(t, map[string]string{"second": "bob create", "removed": committer + " create", "edited": committer + " update"}, m.lastChanges(t, len(before)),
 		"only the files carol changed are restored, by the committer; bob's create is his")
 	require.Equal(t, 1, countLog(t, replayLog, url))
+}
+
+// With the GitProvider's fetchInterval, a branch kubescribe has nothing to push to is fetched
+// by itself: carol's commit that removes one file of the folder and rewrites another is undone
+// while nothing changes in the cluster. The apiserver refuses an interval below a second.
+func TestIdleBranchIsCheckedForForeignEdits(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-drift", "", []string{"alice"}, configMapWriters, watchConfigMaps)
+	providers := dynamicFor(t, "admin").Resource(v1alpha1.GitProvidersResource).Namespace(m.ns)
+	_, err := providers.Patch(ctx, "repo", types.MergePatchType, []byte(`{"spec":{"fetchInterval":"500ms"}}`), metav1.PatchOptions{})
+	require.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+	require.ErrorContains(t, err, "fetchInterval must be 0s, or at least 1s and at most 24h")
+	_, err = providers.Patch(ctx, "repo", types.MergePatchType, []byte(`{"spec":{"fetchInterval":"1s"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+
+	createConfigMaps(t, clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), "kept", "edited", "removed")
+	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
+	want := []string{file("edited"), file("kept"), file("removed")}
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), want) }), "files: %v", m.files(t))
+	committer := strings.Split(m.commits(t)[0], "|")[2]
+	before := len(m.commits(t))
+	moved := metricValue(t, `kubescribe_git_branch_checks_total{result="moved"}`)
+
+	tampered := strings.Replace(m.git(t, "show", "main:"+file("edited")), "k: v1", "k: tampered", 1) + "\n"
+	foreign := m.carolCommits(t, "carol's cleanup", map[string]string{file("removed"): "", file("edited"): tampered})
+	require.True(t, poll(60*time.Second, func() bool {
+		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", "main:"+file("edited")), "k: v1")
+	}), "the folder must equal the cluster again with no change in it: %v", m.files(t))
+	m.git(t, "merge-base", "--is-ancestor", foreign, "main") // fails the test unless carol's commit is kept
+	require.Equal(t, map[string]string{"removed": committer + " create", "edited": committer + " update"}, m.lastChanges(t, before),
+		"only the files carol changed are written again, by the committer")
+	require.Greater(t, metricValue(t, `kubescribe_git_branch_checks_total{result="moved"}`), moved)
+	waitReady(t, v1alpha1.GitTargetsResource, m.ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
 }
 
 // carolCommits commits onto main, straight into the server's repository as another writer
