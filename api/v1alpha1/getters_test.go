@@ -12,51 +12,58 @@ import (
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
 
-func TestGitProviderSpecGetCommitWindow(t *testing.T) {
-	tests := []struct {
-		name string
-		spec *v1alpha1.GitProviderSpec
-		want time.Duration
-	}{
-		{name: "nil spec", spec: nil, want: 5 * time.Second},
-		{name: "unset", spec: &v1alpha1.GitProviderSpec{}, want: 5 * time.Second},
-		{name: "set", spec: &v1alpha1.GitProviderSpec{CommitWindow: &metav1.Duration{Duration: time.Minute}}, want: time.Minute},
-		{name: "zero is kept", spec: &v1alpha1.GitProviderSpec{CommitWindow: &metav1.Duration{}}, want: 0},
-		{name: "negative falls back", spec: &v1alpha1.GitProviderSpec{CommitWindow: &metav1.Duration{Duration: -time.Second}}, want: 5 * time.Second},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, tt.spec.GetCommitWindow())
-			var p *v1alpha1.GitProvider
-			if tt.spec != nil {
-				p = &v1alpha1.GitProvider{Spec: *tt.spec}
-			}
-			require.Equal(t, tt.want, p.GetCommitWindow())
-		})
-	}
+// durationGetter is a getter of a GitProviderSpec duration and its set field.
+type durationGetter struct {
+	spec     func(*v1alpha1.GitProviderSpec) time.Duration
+	provider func(*v1alpha1.GitProvider) time.Duration
+	set      func(*v1alpha1.GitProviderSpec, *metav1.Duration)
 }
 
-func TestGitProviderSpecGetFetchInterval(t *testing.T) {
+// check runs the cases every duration getter shares: unset and negative give def, a set value
+// and zero are kept, on the spec and on the provider, nil included.
+func (g durationGetter) check(t *testing.T, def time.Duration) {
+	with := func(d time.Duration) *v1alpha1.GitProviderSpec {
+		s := &v1alpha1.GitProviderSpec{}
+		g.set(s, &metav1.Duration{Duration: d})
+		return s
+	}
 	for _, tt := range []struct {
 		name string
 		spec *v1alpha1.GitProviderSpec
 		want time.Duration
 	}{
-		{name: "nil spec", spec: nil, want: time.Minute},
-		{name: "unset", spec: &v1alpha1.GitProviderSpec{}, want: time.Minute},
-		{name: "set", spec: &v1alpha1.GitProviderSpec{FetchInterval: &metav1.Duration{Duration: 10 * time.Second}}, want: 10 * time.Second},
-		{name: "zero turns the checks off", spec: &v1alpha1.GitProviderSpec{FetchInterval: &metav1.Duration{}}, want: 0},
-		{name: "negative falls back", spec: &v1alpha1.GitProviderSpec{FetchInterval: &metav1.Duration{Duration: -time.Second}}, want: time.Minute},
+		{name: "nil spec", spec: nil, want: def},
+		{name: "unset", spec: &v1alpha1.GitProviderSpec{}, want: def},
+		{name: "set", spec: with(42 * time.Second), want: 42 * time.Second},
+		{name: "zero is kept", spec: with(0), want: 0},
+		{name: "negative falls back", spec: with(-time.Second), want: def},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, tt.spec.GetFetchInterval())
+			require.Equal(t, tt.want, g.spec(tt.spec))
 			var p *v1alpha1.GitProvider
 			if tt.spec != nil {
 				p = &v1alpha1.GitProvider{Spec: *tt.spec}
 			}
-			require.Equal(t, tt.want, p.GetFetchInterval())
+			require.Equal(t, tt.want, g.provider(p))
 		})
 	}
+}
+
+func TestGitProviderSpecGetCommitWindow(t *testing.T) {
+	durationGetter{
+		spec:     (*v1alpha1.GitProviderSpec).GetCommitWindow,
+		provider: (*v1alpha1.GitProvider).GetCommitWindow,
+		set:      func(s *v1alpha1.GitProviderSpec, d *metav1.Duration) { s.CommitWindow = d },
+	}.check(t, 5*time.Second)
+}
+
+// A fetchInterval of 0 turns the branch checks off.
+func TestGitProviderSpecGetFetchInterval(t *testing.T) {
+	durationGetter{
+		spec:     (*v1alpha1.GitProviderSpec).GetFetchInterval,
+		provider: (*v1alpha1.GitProvider).GetFetchInterval,
+		set:      func(s *v1alpha1.GitProviderSpec, d *metav1.Duration) { s.FetchInterval = d },
+	}.check(t, time.Minute)
 }
 
 func TestGitProviderSpecGetCommitter(t *testing.T) {
