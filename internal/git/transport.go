@@ -242,17 +242,26 @@ func (w *Worker) planCommit(h plumbing.Hash) bool {
 
 // pushPlans pushes the first n unpushed commits: one receive-pack request updating the branch
 // from remoteTip to the n-th commit, with a pack of the objects those commits created, trees as
-// deltas against the trees they replace. It is never forced: unless the branch is to be created,
-// the command names remoteTip as the old value, so the server refuses it if the branch moved
-// (in any direction) after the advertisement. A branch that is not at remoteTip already in the
-// advertisement is refused before anything is sent.
+// deltas against the trees they replace (pushCommits).
 func (w *Worker) pushPlans(ctx context.Context, n int) error {
-	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
-	defer cancel()
 	if n == 0 {
 		return nil
 	}
-	newTip := w.plans[n-1].sha
+	var objs []packObject
+	for _, p := range w.plans[:n] {
+		objs = append(objs, p.objects...)
+	}
+	return w.pushCommits(ctx, w.plans[n-1].sha, objs)
+}
+
+// pushCommits updates the branch from remoteTip to newTip in one receive-pack request, sending
+// objs (the objects of the commits in between). It is never forced: unless the branch is to be
+// created, the command names remoteTip as the old value, so the server refuses it if the branch
+// moved (in any direction) after the advertisement. A branch that is not at remoteTip already in
+// the advertisement is refused before anything is sent.
+func (w *Worker) pushCommits(ctx context.Context, newTip plumbing.Hash, objs []packObject) error {
+	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
+	defer cancel()
 	cl, ep, auth, err := w.dial()
 	if err != nil {
 		return err
@@ -278,10 +287,6 @@ func (w *Worker) pushPlans(ctx context.Context, n int) error {
 		return fmt.Errorf("%w: it no longer exists, the worker expected it at %s", errRemoteMoved, old)
 	case cur != old:
 		return fmt.Errorf("%w: it is at %s, the worker expected it at %s", errRemoteMoved, cur, old)
-	}
-	var objs []packObject
-	for _, p := range w.plans[:n] {
-		objs = append(objs, p.objects...)
 	}
 	// A branch being created gets no deltas: its bases might be gone from the remote.
 	pack, err := buildPack(w.store, objs, !create)
