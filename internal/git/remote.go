@@ -170,7 +170,8 @@ func (w *Worker) branchCheckAt() (time.Time, bool) {
 // checkBranch fetches the branch when branchCheckAt says so. Someone else's commits that changed
 // the worker's folders are thus found, and reported through OnReplay (foreignEdits), while
 // nothing happens in the cluster; otherwise only the next refused push would find them. While
-// the branch did not move, the check reads its advertisement only.
+// the branch did not move, the check reads its advertisement only. A branch found deleted is
+// created again (restoreBranch).
 func (w *Worker) checkBranch(ctx context.Context) {
 	if at, ok := w.branchCheckAt(); !ok || time.Now().Before(at) {
 		return
@@ -182,22 +183,51 @@ func (w *Worker) checkBranch(ctx context.Context) {
 		w.branchCheckFailed = true
 		return
 	}
+	if moved {
+		w.opts.Metrics.branchChecked(branchCheckMoved)
+		w.idleSince, w.trimmed = time.Time{}, false // trim what the fetch added once idle again
+	} else {
+		w.opts.Metrics.branchChecked(branchCheckUnchanged)
+	}
+	if w.remoteGone && !w.localTip.IsZero() {
+		w.restoreBranch(ctx)
+		return
+	}
 	if w.branchCheckFailed {
 		w.branchCheckFailed = false
 		w.failures, w.retryAt = 0, time.Time{}
 		w.setError(nil)
 		w.log.Info("the branch can be fetched again")
 	}
-	if !moved {
-		w.opts.Metrics.branchChecked(branchCheckUnchanged)
-		return
-	}
-	w.opts.Metrics.branchChecked(branchCheckMoved)
-	w.idleSince, w.trimmed = time.Time{}, false // trim what the fetch added once idle again
 	if w.stale {
 		if err := w.rebuild(); err != nil {
 			w.failed(ctx, "rebuild", err)
 		}
+	}
+}
+
+// restoreBranch creates the branch again at the worker's last commit, after a check found it
+// deleted while the worker had nothing to push: otherwise it would stay deleted until the next
+// change in the cluster. The push sends no object, so the server takes it only while it still
+// holds the deleted branch's history; once that is garbage-collected, the push is refused and
+// the worker starts the branch over (startOver), as a refused push of a change does.
+func (w *Worker) restoreBranch(ctx context.Context) {
+	start := time.Now()
+	err := w.pushCommits(ctx, w.localTip, nil)
+	switch {
+	case err == nil:
+		w.opts.Metrics.pushed(pushResultSuccess, time.Since(start))
+		w.remoteTip, w.remoteGone, w.remoteSeen = w.localTip, false, start
+		w.branchCheckFailed, w.failures, w.retryAt = false, 0, time.Time{}
+		w.setError(nil)
+		w.log.Info("the deleted branch is created again at kubescribe's last commit", "tip", w.localTip.String())
+	case errors.Is(err, errHistoryLost):
+		w.opts.Metrics.pushed(pushResultError, time.Since(start))
+		w.startOver(err)
+	default:
+		w.opts.Metrics.pushed(pushResultError, time.Since(start))
+		w.failed(ctx, "push", err)
+		w.branchCheckFailed = true // the next check tries again
 	}
 }
 

@@ -193,3 +193,31 @@ func TestIdleWorkerFetchesForForeignEdits(t *testing.T) {
 		"a check that works again clears the error: %s", tw.logs.String())
 	require.Contains(t, tw.logs.String(), "the branch can be fetched again")
 }
+
+// TestIdleWorkerRestoresADeletedBranch: a check that finds the branch deleted creates it again
+// at the worker's last commit, history included, while the server still holds it. Once the
+// server garbage-collected it, the push is refused and the worker starts the branch over.
+func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.FetchInterval = 20 * time.Millisecond
+	tw := startWorker(t, opts)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
+	tw.waitPushed(t)
+	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
+	require.Eventually(t, func() bool { return len(tw.pushes.commits()) == 2 }, 20*time.Second, 10*time.Millisecond)
+	history := gitLog(t, gitDir, "main", "%H")
+
+	runGit(t, "", "--git-dir="+gitDir, "update-ref", "-d", "refs/heads/main")
+	require.Eventually(t, func() bool {
+		return strings.Contains(tw.logs.String(), "the deleted branch is created again at kubescribe's last commit")
+	}, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
+	require.Equal(t, history, gitLog(t, gitDir, "main", "%H"), "the branch is back with its history")
+	require.Empty(t, tw.replays())
+	require.Nil(t, tw.Status().LastError)
+
+	deleteAndCollect(t, gitDir)
+	require.Eventually(t, func() bool { return len(tw.replays()) == 1 }, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
+	require.True(t, tw.replays()[0].StartedOver, "the server no longer holds the history: the branch starts over")
+}

@@ -380,12 +380,11 @@ func TestForeignEditOfTheFolderIsUndone(t *testing.T) {
 func TestIdleBranchIsCheckedForForeignEdits(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-drift", "", []string{"alice"}, configMapWriters, watchConfigMaps)
-	providers := dynamicFor(t, "admin").Resource(v1alpha1.GitProvidersResource).Namespace(m.ns)
-	_, err := providers.Patch(ctx, "repo", types.MergePatchType, []byte(`{"spec":{"fetchInterval":"500ms"}}`), metav1.PatchOptions{})
+	_, err := dynamicFor(t, "admin").Resource(v1alpha1.GitProvidersResource).Namespace(m.ns).Patch(ctx, "repo", types.MergePatchType,
+		[]byte(`{"spec":{"fetchInterval":"500ms"}}`), metav1.PatchOptions{})
 	require.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
 	require.ErrorContains(t, err, "fetchInterval must be 0s, or at least 1s and at most 24h")
-	_, err = providers.Patch(ctx, "repo", types.MergePatchType, []byte(`{"spec":{"fetchInterval":"1s"}}`), metav1.PatchOptions{})
-	require.NoError(t, err)
+	m.setFetchInterval(t, "1s")
 
 	createConfigMaps(t, clientFor(t, "alice").CoreV1().ConfigMaps(m.ns), "kept", "edited", "removed")
 	file := func(name string) string { return objectFile(m, "", "configmaps", name) }
@@ -405,6 +404,25 @@ func TestIdleBranchIsCheckedForForeignEdits(t *testing.T) {
 		"only the files carol changed are written again, by the committer")
 	require.Greater(t, metricValue(t, `kubescribe_git_branch_checks_total{result="moved"}`), moved)
 	waitReady(t, v1alpha1.GitTargetsResource, m.ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
+
+	// The branch deleted: it is created again at kubescribe's last commit, history included.
+	history := m.git(t, "log", "--format=%H", "main")
+	m.git(t, "update-ref", "-d", "refs/heads/main")
+	require.True(t, poll(60*time.Second, func() bool {
+		out, err := exec.Command("git", "--git-dir", m.repoDir, "log", "--format=%H", "main").Output()
+		return err == nil && strings.TrimSpace(string(out)) == history
+	}), "the deleted branch must come back as it was")
+	require.Equal(t, 1, countLog(t, "the deleted branch is created again at kubescribe's last commit", env.Git.URL(m.repo)))
+}
+
+// setFetchInterval sets the fetchInterval of m's GitProvider and waits until the controller
+// took the new generation.
+func (m *mirror) setFetchInterval(t *testing.T, d string) {
+	t.Helper()
+	u, err := dynamicFor(t, "admin").Resource(v1alpha1.GitProvidersResource).Namespace(m.ns).Patch(context.Background(), "repo", types.MergePatchType,
+		[]byte(`{"spec":{"fetchInterval":"`+d+`"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	waitReady(t, v1alpha1.GitProvidersResource, m.ns, "repo", metav1.ConditionTrue, v1alpha1.ReasonReady, u.GetGeneration())
 }
 
 // carolCommits commits onto main, straight into the server's repository as another writer
@@ -450,6 +468,9 @@ func (m *mirror) carolCommits(t *testing.T, message string, edits map[string]str
 func TestGarbageCollectedBranchStartsOver(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-gcbranch", "", []string{"alice"}, configMapWriters, watchConfigMaps)
+	// No branch checks: one between the branch's deletion and the garbage collection would
+	// create the branch again (TestIdleBranchIsCheckedForForeignEdits), and keep its objects.
+	m.setFetchInterval(t, "0s")
 	alice := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns)
 	_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "first"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
