@@ -78,10 +78,7 @@ func newRequestMirror(t *testing.T, ns string) *requestMirror {
 // pendingChanges is kubescribe's kubescribe_git_pending_changes gauge.
 func pendingChanges(t *testing.T) int {
 	t.Helper()
-	line := metric(t, "kubescribe_git_pending_changes")
-	v, err := strconv.ParseFloat(strings.TrimPrefix(line, "kubescribe_git_pending_changes "), 64)
-	require.NoError(t, err, "metric line %q", line)
-	return int(v)
+	return int(metricValue(t, "kubescribe_git_pending_changes"))
 }
 
 // writeConfigMap creates a ConfigMap as user.
@@ -104,20 +101,16 @@ func awaitOpenWindow(t *testing.T, m *requestMirror, commits int) {
 	ok := poll(60*time.Second, func() bool {
 		got = m.commits(t)
 		return len(got) == commits && resolvedJoins(t) > m.resolved &&
-			metric(t, "kubescribe_attribution_pending_changes") == "kubescribe_attribution_pending_changes 0"
+			metricValue(t, "kubescribe_attribution_pending_changes") == 0
 	})
-	require.True(t, ok, "want %d commits and the write joined; commits %q, resolved joins %d (before the write %d), %s",
-		commits, got, resolvedJoins(t), m.resolved, metric(t, "kubescribe_attribution_pending_changes"))
+	require.True(t, ok, "want %d commits and the write joined; commits %q, resolved joins %d (before the write %d), pending joins %v",
+		commits, got, resolvedJoins(t), m.resolved, metricValue(t, "kubescribe_attribution_pending_changes"))
 }
 
 // resolvedJoins is kubescribe's count of changes attributed to their authors.
 func resolvedJoins(t *testing.T) int {
 	t.Helper()
-	name := `kubescribe_attribution_joins_total{result="resolved"}`
-	line := metric(t, name)
-	v, err := strconv.ParseFloat(strings.TrimPrefix(line, name+" "), 64)
-	require.NoError(t, err, "metric line %q", line)
-	return int(v)
+	return int(metricValue(t, `kubescribe_attribution_joins_total{result="resolved"}`))
 }
 
 type requestSpec struct {

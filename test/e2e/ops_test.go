@@ -4,13 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubescribe/kubescribe/test/stack"
 )
 
 func get(t *testing.T, path string) (int, string) {
@@ -59,16 +60,15 @@ func hasSeries(exposition, series string) bool {
 	return false
 }
 
-// metricValue is the value of one series of kubescribe's /metrics (0 when absent).
+// metricValue is the value of one series of kubescribe's /metrics: 0 when absent, or when
+// kubescribe does not answer (it may be restarting; callers poll).
 func metricValue(t *testing.T, series string) float64 {
 	t.Helper()
-	f := strings.Fields(metric(t, series))
-	if len(f) != 2 {
+	m, err := stack.ScrapeMetrics(env.OpsURL)
+	if err != nil {
 		return 0
 	}
-	v, err := strconv.ParseFloat(f[1], 64)
-	require.NoError(t, err)
-	return v
+	return m[series]
 }
 
 // The watch and Redis metrics move with traffic: a ConfigMap created in a mirrored namespace is

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,14 +214,7 @@ func TestForeignCommitMidStream(t *testing.T) {
 	require.NoError(t, err)
 	m.waitCommits(t, 1)
 
-	rejected := func() float64 {
-		f := strings.Fields(metric(t, `kubescribe_git_push_total{result="rejected"}`))
-		if len(f) != 2 {
-			return 0
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		return v
-	}
+	rejected := func() float64 { return metricValue(t, `kubescribe_git_push_total{result="rejected"}`) }
 	rejectedBefore := rejected()
 
 	// Someone else commits README.md on main, straight into the server's repository.

@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,25 +13,9 @@ import (
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
 
-// metric returns the line of kubescribe's /metrics that starts with name, or "".
-func metric(t *testing.T, name string) string {
-	t.Helper()
-	resp, err := http.Get(env.OpsURL + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			return line
-		}
-	}
-	return ""
-}
-
 // A change kubescribe received and has not pushed (usually still waiting for its author) when
-// it is told to stop is committed and pushed, under its author, before kubescribe exits; the restarted kubescribe does not commit it again.
+// it is told to stop is committed and pushed, under its author, before kubescribe exits; the
+// restarted kubescribe does not commit it again.
 func TestShutdownFinishesInFlightChanges(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-shutdown", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
