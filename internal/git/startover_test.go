@@ -217,7 +217,13 @@ func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
 	require.Empty(t, tw.replays())
 	require.Nil(t, tw.Status().LastError)
 
-	deleteAndCollect(t, gitDir)
+	// The worker must not see the branch between its deletion and the collection, or its check
+	// creates it again at once and the collection keeps the history: the server is out of reach
+	// meanwhile.
+	away := gitDir + ".away"
+	require.NoError(t, os.Rename(gitDir, away))
+	deleteAndCollect(t, away)
+	require.NoError(t, os.Rename(away, gitDir))
 	require.Eventually(t, func() bool { return len(tw.replays()) == 1 }, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
 	require.True(t, tw.replays()[0].StartedOver, "the server no longer holds the history: the branch starts over")
 }
