@@ -145,6 +145,17 @@ func (p *pushLog) record(r PushResult) {
 	p.results = append(p.results, r)
 }
 
+// settled returns the changes OnPushed reported as settled, in order.
+func (p *pushLog) settled() []attribution.AttributedChange {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []attribution.AttributedChange
+	for _, r := range p.results {
+		out = append(out, r.Settled...)
+	}
+	return out
+}
+
 func (p *pushLog) commits() []CommitInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()

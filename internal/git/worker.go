@@ -701,6 +701,9 @@ func (w *Worker) rebuild() error {
 	w.stale = false
 	w.addPending(-dropped)
 	w.setLocalTip(tip)
+	// With no commit left to push, what the rebuild found on the branch is settled now; no
+	// push would report it.
+	w.settle(nil)
 	return nil
 }
 

@@ -471,3 +471,27 @@ func TestRunTwice(t *testing.T) {
 	require.Eventually(t, tw.running.Load, 5*time.Second, time.Millisecond)
 	require.ErrorContains(t, tw.Run(t.Context()), "only once")
 }
+
+// TestRebuildWithoutCommitReportsItsChanges: changes whose rebuild on the remote tip makes no
+// commit (a replay or a restart handing over objects whose files the branch still holds, after
+// the worker fetched) are reported as settled although nothing is pushed: the router counts
+// them done, and the worker is idle again.
+func TestRebuildWithoutCommitReportsItsChanges(t *testing.T) {
+	_, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	tw := startWorker(t, opts)
+	tw.Submit("apps", by("alice", "a1", cmChange(watch.OpCreate, "demo", "kept", "1")))
+	tw.waitPushed(t)
+
+	// Someone else's commit inside the folder that leaves the object's file as it is.
+	pushCommitFromClone(t, url, "main", "apps/README.md", "hello")
+	c := unresolved(cmChange(watch.OpUpdate, "demo", "kept", "1"))
+	c.Snapshot, c.Unchanged, c.Author = true, true, attribution.Author{}
+	tw.Submit("apps", c)
+	require.Eventually(t, func() bool { return len(tw.pushes.settled()) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the unchanged object is reported although it made no commit: %s", tw.logs.String())
+	require.Equal(t, "kept", tw.pushes.settled()[0].Name)
+	require.Len(t, tw.pushes.commits(), 1, "nothing is committed")
+	require.Eventually(t, func() bool { return tw.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond)
+}
