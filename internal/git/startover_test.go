@@ -2,6 +2,8 @@ package git
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +228,38 @@ func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
 	require.NoError(t, os.Rename(away, gitDir))
 	require.Eventually(t, func() bool { return len(tw.replays()) == 1 }, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
 	require.True(t, tw.replays()[0].StartedOver, "the server no longer holds the history: the branch starts over")
+}
+
+// TestRefusedRestoreIsRetriedNotStartedOver: the server refuses to create the deleted branch
+// again for a reason of its own (here a pre-receive hook), while it still holds the history.
+// That is an ordinary failure, retried at the next check: the worker does not give the branch
+// up, and once the server accepts, the branch is back with its history.
+func TestRefusedRestoreIsRetriedNotStartedOver(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.FetchInterval = 20 * time.Millisecond
+	tw := startWorker(t, opts)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
+	tw.waitPushed(t)
+	history := gitLog(t, gitDir, "main", "%H")
+
+	hook := filepath.Join(gitDir, "hooks", "pre-receive")
+	require.NoError(t, os.MkdirAll(filepath.Dir(hook), 0o755))
+	require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\necho 'branch creation is frozen' >&2\nexit 1\n"), 0o755))
+	runGit(t, "", "--git-dir="+gitDir, "update-ref", "-d", "refs/heads/main")
+	require.Eventually(t, func() bool {
+		err := tw.Status().LastError
+		return err != nil && strings.Contains(err.Error(), "pre-receive hook declined")
+	}, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
+	require.Empty(t, tw.replays(), "a refusal that is not about missing objects does not start the branch over")
+
+	require.NoError(t, os.Remove(hook))
+	require.Eventually(t, func() bool {
+		out, err := exec.Command("git", "--git-dir="+gitDir, "log", "--format=%H", "main").Output()
+		return err == nil && strings.Fields(string(out))[0] == history[0]
+	}, 20*time.Second, 10*time.Millisecond, "the branch comes back once the server accepts: %s", tw.logs.String())
+	require.Equal(t, history, gitLog(t, gitDir, "main", "%H"))
+	require.Eventually(t, func() bool { return tw.Status().LastError == nil }, 20*time.Second, 10*time.Millisecond)
+	require.Empty(t, tw.replays())
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -31,10 +32,23 @@ import (
 // attempted, and a fetch follows.
 var errRemoteMoved = errors.New("remote branch moved")
 
-// errHistoryLost means the server refused to create the branch again after it was deleted:
-// the new commits build on the old history, and the server no longer holds it (it was
-// garbage-collected). The worker starts the branch over (Worker.startOver).
+// errHistoryLost means the server refused to create the branch again after it was deleted
+// because objects the new commits build on are missing: the old history was garbage-collected.
+// The worker starts the branch over (Worker.startOver).
 var errHistoryLost = errors.New("the server refused the branch back on its old history")
+
+// missingObjects reports whether a report-status refusal says that the pushed tip does not
+// connect to what the server holds: git receive-pack's connectivity check answers a ref it
+// refuses for that reason with "missing necessary objects" (receive-pack.c). Any other refusal
+// (a hook, a lock held by a concurrent update, a policy) is an ordinary failure, retried.
+func missingObjects(rs *packp.ReportStatus) bool {
+	for _, cs := range rs.CommandStatuses {
+		if strings.Contains(cs.Status, "missing necessary objects") {
+			return true
+		}
+	}
+	return false
+}
 
 // dial returns the transport and endpoint for the next remote operation, with the current
 // credentials.
@@ -298,7 +312,7 @@ func (w *Worker) pushCommits(ctx context.Context, newTip plumbing.Hash, objs []p
 	req.Packfile = io.NopCloser(bytes.NewReader(pack))
 	rs, err := sess.ReceivePack(ctx, req)
 	w.opts.Metrics.pushBytes(len(pack))
-	if rs != nil && rs.Error() != nil && create && w.remoteGone {
+	if rs != nil && rs.Error() != nil && create && w.remoteGone && missingObjects(rs) {
 		// The server answered, and refused: the pack holds only the new commits' objects,
 		// which build on what it held of the deleted branch and no longer does.
 		return fmt.Errorf("%w: %w", errHistoryLost, rs.Error())
