@@ -188,12 +188,15 @@ func TestIdleWorkerFetchesForForeignEdits(t *testing.T) {
 
 	moved := gitDir + ".away"
 	require.NoError(t, os.Rename(gitDir, moved))
-	require.Eventually(t, func() bool { return tw.Status().LastError != nil && checks(branchCheckError) >= 1 }, 20*time.Second, 10*time.Millisecond)
-	require.NotEmpty(t, tw.failures())
+	// The worker sets its error before it calls OnFailed, and clears it before it logs: wait for
+	// all of each.
+	require.Eventually(t, func() bool {
+		return tw.Status().LastError != nil && checks(branchCheckError) >= 1 && len(tw.failures()) > 0
+	}, 20*time.Second, 10*time.Millisecond)
 	require.NoError(t, os.Rename(moved, gitDir))
-	require.Eventually(t, func() bool { return tw.Status().LastError == nil }, 20*time.Second, 10*time.Millisecond,
-		"a check that works again clears the error: %s", tw.logs.String())
-	require.Contains(t, tw.logs.String(), "the branch can be fetched again")
+	require.Eventually(t, func() bool {
+		return tw.Status().LastError == nil && strings.Contains(tw.logs.String(), "the branch can be fetched again")
+	}, 20*time.Second, 10*time.Millisecond, "a check that works again clears the error: %s", tw.logs.String())
 }
 
 // TestIdleWorkerRestoresADeletedBranch: a check that finds the branch deleted creates it again
