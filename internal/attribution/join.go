@@ -228,9 +228,13 @@ func (j *Joiner) deliver(it joinItem) {
 	}
 	if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
 		// The rule does not mirror this user's writes; an unresolved author is never
-		// excluded.
-		if j.excluded != nil {
+		// excluded. What a list found is state, though, and stays in the folder.
+		state, kind := excludedState(it.c)
+		if kind != stateFirstList && j.excluded != nil {
 			j.excluded(c)
+		}
+		if kind != stateNone {
+			it.emit(AttributedChange{Change: state})
 		}
 	} else {
 		it.emit(AttributedChange{Change: c, Author: author})
@@ -250,6 +254,34 @@ func (j *Joiner) deliver(it joinItem) {
 	if j.metrics != nil {
 		j.metrics.pending.Dec()
 	}
+}
+
+type excludedKind int
+
+const (
+	stateNone      excludedKind = iota // a live write, or an object created while nothing watched
+	stateFirstList                     // found by a stream's first list: the state, written as is
+	stateIfMissing                     // the folder holds an older version: restored if lost
+)
+
+// excludedState is what remains to write of change c (as the watch emitted it) once its author
+// turned out to be an excluded user: the user's write is not mirrored, but an exclusion never
+// takes state out of the folder. A stream's first list (no cursor) hands the state over, written
+// as the committer's snapshot. An object whose older version the folder holds (a resume or a
+// replay found the excluded write) is written only where the branch lost its file
+// (watch.Change.IfMissing). A live write, a delete, and an object created while nothing watched
+// leave nothing, as a live excluded write does.
+func excludedState(c watch.Change) (watch.Change, excludedKind) {
+	switch {
+	case !c.Snapshot || c.Op == watch.OpDelete:
+		return c, stateNone
+	case !c.Resumed:
+		return c, stateFirstList
+	case c.Op == watch.OpUpdate:
+		c.Resumed, c.Unchanged, c.IfMissing = false, true, true
+		return c, stateIfMissing
+	}
+	return c, stateNone
 }
 
 // InFlight is the number of target's changes passed to Join that are not emitted yet (a sweep

@@ -391,3 +391,38 @@ func TestJoinMapsAreMadeAnewOnceABurstDrained(t *testing.T) {
 	require.Equal(t, tails1, tails2)
 	require.Equal(t, waiters1, waiters2)
 }
+
+// TestJoinExcludedUserKeepsListedState: what a list found is state, which an excluded author
+// does not take out of the folder. A stream's first list hands it over as the committer's
+// snapshot; an object whose older version the folder holds comes back as IfMissing (written
+// only where the branch lost its file); an object created while nothing watched, like a live
+// write, leaves nothing.
+func TestJoinExcludedUserKeepsListedState(t *testing.T) {
+	facts := newFakeFacts()
+	for uid, rv := range map[string]string{"first": "1", "held": "2", "new": "3", "live": "4"} {
+		facts.add(audit.Fact{Route: "local", UID: uid, ResourceVersion: rv, Verb: "update", User: audit.Identity{Username: "bot"}, AuditID: uid}, false)
+	}
+	j, out := startJoiner(t, facts, 20*time.Millisecond)
+	first := change("first", "1", watch.OpCreate)
+	first.Snapshot = true
+	held := change("held", "2", watch.OpUpdate)
+	held.Snapshot, held.Resumed = true, true
+	created := change("new", "3", watch.OpCreate)
+	created.Snapshot, created.Resumed = true, true
+	live := change("live", "4", watch.OpUpdate)
+	for _, c := range []watch.Change{first, held, created, live} {
+		c.ExcludeUsers = []string{"bot"}
+		j.Join(c, func(ac AttributedChange) { out <- ac })
+	}
+	require.NoError(t, j.Wait(context.Background()))
+	got := map[string]AttributedChange{}
+	for len(out) > 0 {
+		ac := <-out
+		got[string(ac.UID)] = ac
+	}
+	require.Len(t, got, 2, "%+v", got)
+	require.False(t, got["first"].Author.Resolved, "the first list's state is the committer's snapshot")
+	require.True(t, got["first"].Snapshot && !got["first"].Unchanged && !got["first"].IfMissing)
+	require.False(t, got["held"].Author.Resolved)
+	require.True(t, got["held"].Snapshot && got["held"].Unchanged && got["held"].IfMissing && !got["held"].Resumed)
+}

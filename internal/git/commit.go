@@ -711,9 +711,14 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	// is written, and only that is named in the message.
 	last := make(map[string]int, len(covered))
 	for i, c := range covered {
-		if c.Op != watch.OpSweep { // a sweep writes nothing itself
-			last[ObjectPath(p.targetPath, c.Change)] = i
+		if c.Op == watch.OpSweep { // a sweep writes nothing itself
+			continue
 		}
+		path := ObjectPath(p.targetPath, c.Change)
+		if _, written := last[path]; written && c.IfMissing {
+			continue // the plan writes the object already: nothing to restore
+		}
+		last[path] = i
 	}
 	root := &editNode{children: map[string]*editNode{}}
 	var effective []attribution.AttributedChange
@@ -735,6 +740,8 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		case leaf.del && !exists:
 			continue
 		case leaf.del:
+		case c.IfMissing && exists:
+			continue // the folder holds a version of it; the excluded write is not mirrored
 		default:
 			blob := newRawObject(plumbing.BlobObject, c.Manifest)
 			leaf.blob = blob.h

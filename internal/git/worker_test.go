@@ -495,3 +495,49 @@ func TestRebuildWithoutCommitReportsItsChanges(t *testing.T) {
 	require.Len(t, tw.pushes.commits(), 1, "nothing is committed")
 	require.Eventually(t, func() bool { return tw.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond)
 }
+
+// TestIfMissingRestoresOnlyALostFile: an IfMissing change (an object whose newest write the
+// rule excludes) writes its current form where the branch has no file for it, and leaves a file
+// that exists as it is, whatever it holds; within one window an earlier change that writes the
+// object wins over it.
+func TestIfMissingRestoresOnlyALostFile(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	tw := startWorker(t, opts)
+	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "kept", "1")))
+	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "lost", "1")))
+	tw.Submit("", by("alice", "a3", cmChange(watch.OpCreate, "demo", "edited", "1")))
+	tw.waitPushed(t)
+	dir := filepath.Join(t.TempDir(), "clone")
+	runGit(t, "", "clone", "-q", "--branch", "main", url, dir)
+	runGit(t, dir, "rm", "-q", "demo/core/configmaps/lost.yaml")
+	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", "bob removes lost")
+	runGit(t, dir, "push", "-q", "origin", "main")
+
+	ifMissing := func(name, data string) attribution.AttributedChange {
+		c := unresolved(cmChange(watch.OpUpdate, "demo", name, data))
+		c.Snapshot, c.Unchanged, c.IfMissing, c.Author = true, true, true, attribution.Author{}
+		return c
+	}
+	unchanged := unresolved(cmChange(watch.OpUpdate, "demo", "edited", "2"))
+	unchanged.Snapshot, unchanged.Unchanged, unchanged.Author = true, true, attribution.Author{}
+	tw.Submit("", ifMissing("kept", "by-argo"))
+	tw.Submit("", ifMissing("lost", "by-argo"))
+	tw.Submit("", unchanged)
+	tw.Submit("", ifMissing("edited", "by-argo"))
+	require.Eventually(t, func() bool { return len(gitLog(t, gitDir, "main", "%H")) == 3 && tw.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond,
+		"%v", gitLog(t, gitDir, "main", "%an|%s"))
+	require.Equal(t, "kubescribe|Snapshot of 2 objects", gitLog(t, gitDir, "main", "%an|%s")[0])
+	body := runGit(t, "", "--git-dir="+gitDir, "log", "-1", "--format=%B", "main")
+	require.Contains(t, body, "create core/configmaps demo/lost")
+	require.Contains(t, body, "update core/configmaps demo/edited")
+	require.NotContains(t, body, "demo/kept")
+	show := func(name string) string {
+		return runGit(t, "", "--git-dir="+gitDir, "show", "main:demo/core/configmaps/"+name+".yaml")
+	}
+	require.Contains(t, show("lost"), "by-argo", "the lost file gets the current form")
+	require.NotContains(t, show("kept"), "by-argo", "an existing file is left as it is")
+	require.Contains(t, show("edited"), "2", "the window's own write of the object wins")
+	require.NotContains(t, show("edited"), "by-argo")
+}

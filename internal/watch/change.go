@@ -68,6 +68,13 @@ type Change struct {
 	// longer hold what was pushed (someone else edited the folder, or deleted the branch):
 	// the writer commits it only where the file differs, and then as the committer's snapshot.
 	Unchanged bool
+	// IfMissing, set with Unchanged, marks an object whose newest write the stream excludes
+	// (excludeFieldManagers, or excludeUsers in the join) while the folder holds an older
+	// version of it: the excluded write is not mirrored, so the writer leaves a file that
+	// exists as it is, whatever it holds; but where the branch has no file for it (a branch
+	// started over, a file someone else removed) it writes the object's current form, as the
+	// committer's snapshot, so that the folder keeps every object it held.
+	IfMissing bool
 	// Scope is the namespace scope of the stream that observed the change: the namespace its
 	// informer watches, "" for all namespaces. With Cluster, Target and GVR it names the
 	// stream's resume cursor.

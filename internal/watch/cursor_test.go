@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -303,4 +304,37 @@ func TestReplayHandsTheStateOverAgain(t *testing.T) {
 		t.Fatalf("nothing else is handed over: %+v", c)
 	default:
 	}
+}
+
+// TestReplayHandsOverExcludedObjectsIfMissing: an object whose newest write is by an excluded
+// field manager, while the folder holds an older version (the cursor's), is handed over again
+// as Unchanged and IfMissing: the writer restores its file if the branch lost it and otherwise
+// leaves the older version. One the folder never held leaves nothing to hand over.
+func TestReplayHandsOverExcludedObjectsIfMissing(t *testing.T) {
+	byArgo := func(name, rv string) *unstructured.Unstructured {
+		u := configMap(name, rv, map[string]any{"a": rv})
+		u.SetManagedFields([]metav1.ManagedFieldsEntry{entry("kubectl", 1, ""), entry("argocd-controller", 5, "")})
+		return u
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, byArgo("synced", "2"), byArgo("created", "3"))
+	cursors := &fakeCursors{cursors: map[StreamID]Cursor{}}
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	cursors.cursors[StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}] = Cursor{Known: true,
+		Objects: map[string]CursorEntry{"demo/synced": {UID: "uid-synced", ResourceVersion: "1"}}}
+	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", ExcludeFieldManagers: []string{"argocd-controller"}}})
+	check := func() {
+		t.Helper()
+		got, sweep := collectUntilSweep(t, changes)
+		require.Len(t, got, 1, "the object the folder never held is not handed over: %v", got)
+		c := got["synced"]
+		require.True(t, c.Snapshot && c.Unchanged && c.IfMissing && !c.Resumed, "%+v", c)
+		require.Equal(t, "2", c.ResourceVersion)
+		require.JSONEq(t, `{"a":"2"}`, string(c.Manifest), "the current form, for a branch that lost the file")
+		require.Equal(t, map[string]bool{"demo/synced": true, "demo/created": true}, sweep.Keep)
+	}
+	check() // at the start, from the cursor
+	require.Equal(t, 1, m.Replay(target))
+	check() // and again at a replay
 }

@@ -293,7 +293,8 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, mani
 		return
 	}
 	op := OpCreate
-	if e, ok := sub.cursor.Objects[field]; ok {
+	e, held := sub.cursor.Objects[field]
+	if held {
 		op = OpUpdate // the folder holds a version of it
 		if e.UID == string(u.GetUID()) && e.ResourceVersion == u.GetResourceVersion() {
 			c := s.change(sub, u, op)
@@ -303,8 +304,16 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, mani
 		}
 	}
 	if sub.cursor.Known && s.excludedLocked(sub, u) {
+		// A write made while nothing watched, by an excluded field manager: not mirrored.
 		delete(sub.seen, u.GetUID()) // the folder does not hold this form
-		return                       // a write made while nothing watched, by an excluded field manager
+		if held {
+			// The folder holds an older version; should the branch have lost its file, the
+			// writer writes the current form rather than leave the object out.
+			c := s.change(sub, u, op)
+			c.Manifest, c.Digest, c.Snapshot, c.Unchanged, c.IfMissing = manifest, sum, true, true, true
+			s.emit(c)
+		}
+		return
 	}
 	c := s.change(sub, u, op)
 	c.Manifest, c.Digest, c.Snapshot, c.Resumed = manifest, sum, true, sub.cursor.Known

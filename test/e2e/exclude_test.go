@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +79,41 @@ func TestWriteExclusions(t *testing.T) {
 
 	require.NoError(t, alice.Delete(ctx, "x", metav1.DeleteOptions{}))
 	require.True(t, poll(60*time.Second, func() bool { return show(plain) == "" && show(filtered) == "" }), "a DELETE reaches both")
+}
+
+// An object whose newest write is a GitOps tool's excluded apply keeps the older version in Git.
+// When someone else's commit removes its file, the branch check has the target replay, and the
+// file comes back with the object's current form, written by the committer: the folder keeps
+// every object, although the tool's write itself is still not mirrored where the file exists.
+func TestExcludedObjectIsRestoredWhenItsFileIsLost(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-exclude-lost", "", []string{"alice"}, configMapWriters, []v1alpha1.ResourceRule{{
+		APIGroups: []string{""}, Resources: []string{"configmaps"}, ExcludeFieldManagers: []string{"kustomize-controller"},
+	}})
+	m.setFetchInterval(t, "1s")
+	alice := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns)
+	createConfigMaps(t, alice, "synced", "other")
+	synced, other := objectFile(m, "", "configmaps", "synced"), objectFile(m, "", "configmaps", "other")
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{other, synced}) }), "files: %v", m.files(t))
+	committer := strings.Split(m.commits(t)[0], "|")[2]
+
+	// The tool applies in a second of its own (managedFields times have a one-second resolution).
+	created := time.Now()
+	require.True(t, poll(5*time.Second, func() bool { return time.Now().Unix() > created.Unix() }))
+	for _, name := range []string{"synced", "other"} {
+		_, err := alice.Apply(ctx, corev1ac.ConfigMap(name, m.ns).WithData(map[string]string{"k": "v1", "tool": "1"}),
+			metav1.ApplyOptions{FieldManager: "kustomize-controller", Force: true})
+		require.NoError(t, err)
+	}
+	require.True(t, poll(30*time.Second, func() bool {
+		return metricValue(t, `kubescribe_watch_events_excluded_total{gittarget_name="target",gittarget_namespace="e2e-exclude-lost",group="",reason="field_manager",resource="configmaps"}`) >= 2
+	}))
+	before := len(m.commits(t))
+
+	m.carolCommits(t, "carol removes a file", map[string]string{synced: ""})
+	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{other, synced}) }),
+		"the removed file of the excluded object must come back: %v", m.files(t))
+	require.Contains(t, m.git(t, "show", "main:"+synced), "tool: \"1\"", "the lost file gets the object's current form")
+	require.NotContains(t, m.git(t, "show", "main:"+other), "tool", "a file that exists keeps the version before the excluded write")
+	require.Equal(t, map[string]string{"synced": committer + " create"}, m.lastChanges(t, before))
 }
