@@ -266,3 +266,26 @@ func TestRefusedRestoreIsRetriedNotStartedOver(t *testing.T) {
 	require.Eventually(t, func() bool { return tw.Status().LastError == nil }, 20*time.Second, 10*time.Millisecond)
 	require.Empty(t, tw.replays())
 }
+
+// TestHistoryLostAtShutdownIsReported: when it is the final push at shutdown that finds the
+// deleted branch's history gone, the worker does not start over (no replay can follow): Run
+// reports the change as not pushed, with the server's answer, and nothing is dropped silently.
+func TestHistoryLostAtShutdownIsReported(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	first := startWorker(t, opts)
+	first.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
+	first.waitPushed(t)
+	require.NoError(t, first.stop(t))
+
+	tw := startWorker(t, testOptions(url)) // a one-hour window: only the shutdown pushes
+	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
+	require.Eventually(t, func() bool { return strings.Contains(tw.logs.String(), "folder checked: it may become") }, 20*time.Second, 10*time.Millisecond,
+		"%s", tw.logs.String())
+	deleteAndCollect(t, gitDir)
+	err := tw.stop(t)
+	require.ErrorContains(t, err, "1 changes not pushed")
+	require.ErrorContains(t, err, "missing necessary objects")
+	require.Empty(t, tw.replays(), "no start-over at shutdown")
+}

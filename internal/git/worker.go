@@ -789,6 +789,12 @@ func (w *Worker) push(ctx context.Context) {
 		}
 		if errors.Is(err, errHistoryLost) {
 			w.opts.Metrics.pushed(pushResultError, time.Since(start))
+			if w.final {
+				// No replay follows a shutdown: the changes stay what Run reports unpushed,
+				// and the next start, finding the branch missing, writes them again.
+				w.failed(ctx, "push", err)
+				return
+			}
 			w.startOver(err)
 			return
 		}
