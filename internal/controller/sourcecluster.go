@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,7 +96,15 @@ type sourceEntry struct {
 	// namespaceSelector asks for them (remoteNamespaces), with client; stopNamespaces ends it.
 	namespaces     cache.SharedIndexInformer
 	stopNamespaces context.CancelFunc
+	// namespacesFailed is when the Namespace watch last failed (zero: never); while that is
+	// recent its cache is not trusted (remoteNamespaces lists instead).
+	namespacesFailed atomic.Int64
 }
+
+// namespaceWatchDistrust is how long after a failure of a remote Namespace watch its cache is
+// not read: longer than client-go's reflector waits between two attempts (at most 30s), so a
+// watch that keeps failing is never trusted.
+const namespaceWatchDistrust = time.Minute
 
 // stop ends what the entry runs: its Namespace watch.
 func (e *sourceEntry) stop() {
@@ -137,20 +149,22 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	c.sources.mu.Lock()
 	e := c.sources.entries[route]
 	var client dynamic.Interface
-	var inf cache.SharedIndexInformer
 	if e != nil {
 		client = e.client
 		if e.namespaces == nil && client != nil {
 			c.watchRemoteNamespaces(e)
 		}
-		inf = e.namespaces
+		// Read under the lock: a rotation replaces the informer, and the old one's cache may
+		// be another server's.
+		if inf := e.namespaces; inf != nil && inf.HasSynced() && !e.namespacesDistrusted() {
+			out := namespacesIn(inf.GetStore(), sel)
+			c.sources.mu.Unlock()
+			return out, nil
+		}
 	}
 	c.sources.mu.Unlock()
 	if client == nil {
 		return nil, fmt.Errorf("source cluster %q is not registered", route)
-	}
-	if inf != nil && inf.HasSynced() {
-		return namespacesIn(inf.GetStore(), sel), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sourceProbeTimeout)
 	defer cancel()
@@ -168,26 +182,62 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	return out, nil
 }
 
+// namespacesDistrusted reports whether the Namespace watch failed recently: its cache may be
+// stale (the remote revoked watch or list, or cannot be reached).
+func (e *sourceEntry) namespacesDistrusted() bool {
+	failed := e.namespacesFailed.Load()
+	return failed != 0 && time.Since(time.Unix(0, failed)) < namespaceWatchDistrust
+}
+
 // watchRemoteNamespaces starts the watch of e's Namespaces: a Namespace that comes, goes or is
-// relabelled re-evaluates every ClusterWatchRule with a namespaceSelector. It runs until the
-// entry stops (the cluster is removed, its clients are rebuilt, or the controller stops).
+// relabelled re-evaluates every ClusterWatchRule with a namespaceSelector; other updates (a
+// status or an annotation, or every namespace again at a relist) do not. It runs until the
+// entry stops (the cluster is removed, its clients are rebuilt, or the controller stops). While
+// the watch fails, the namespaces are listed at each evaluation instead of read from its cache,
+// so a failure shows on the rules (WatchFailed) rather than a stale list; the first failure of a
+// streak is logged as a warning, client-go's own log line of it is not written.
 // c.sources.mu must be held.
 func (c *Controller) watchRemoteNamespaces(e *sourceEntry) {
 	inf := dynamicinformer.NewFilteredDynamicInformer(e.client, namespacesResource, "", 0, cache.Indexers{}, nil).Informer()
 	route := e.route
 	changed := func(obj any) {
-		if u, ok := obj.(*unstructured.Unstructured); ok && inf.HasSynced() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
 			c.log.Debug("a namespace of a remote source cluster changed; re-evaluating the ClusterWatchRules that select namespaces", "cluster", route, "namespace", u.GetName())
 		}
 		c.enqueueSelectingClusterRules()
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, obj any) { changed(obj) },
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if initial {
+				c.enqueueSelectingClusterRules()
+				return
+			}
+			changed(obj)
+		},
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*unstructured.Unstructured)
+			n, ok2 := obj.(*unstructured.Unstructured)
+			if ok1 && ok2 && maps.Equal(o.GetLabels(), n.GetLabels()) {
+				return
+			}
+			changed(obj)
+		},
 		DeleteFunc: changed,
 	}); err != nil {
 		c.log.Warn("cannot watch the namespaces of a remote source cluster; they are listed at each evaluation", "cluster", e.route, "err", err)
 		return
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return // the watch closed or expired: the reflector resumes or lists again
+		}
+		if !e.namespacesDistrusted() {
+			c.log.Warn("the watch of a remote source cluster's namespaces failed; they are listed at each evaluation until it works again", "cluster", route, "err", err)
+		}
+		e.namespacesFailed.Store(time.Now().UnixNano())
+		c.enqueueSelectingClusterRules()
+	}); err != nil {
+		c.log.Warn("cannot handle the failures of the remote namespace watch", "cluster", route, "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.namespaces, e.stopNamespaces = inf, cancel

@@ -16,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
@@ -100,6 +102,10 @@ type remoteFake struct {
 	dyns   []*dynamicfake.FakeDynamicClient // the remote's objects, one client per build
 	mu     sync.Mutex
 	err    error
+	// forbidNamespaceWatch has the remote refuse watches of Namespaces (RBAC with list but no
+	// watch); namespaceWatches counts them.
+	forbidNamespaceWatch bool
+	namespaceWatches     atomic.Int32
 }
 
 func (r *remoteFake) setErr(err error) {
@@ -134,6 +140,12 @@ func (r *remoteFake) clients(cfg *rest.Config) (SourceClients, error) {
 		map[schema.GroupVersionResource]string{widgetsGVR: "WidgetList", namespacesResource: "NamespaceList"},
 		newNamespace("edge-a", map[string]string{"team": "a"}), newNamespace("edge-b", map[string]string{"team": "b"}))
 	_, dc := newDiscovery([]*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{apiResource("widgets", true, listWatch...)}}})
+	if r.forbidNamespaceWatch {
+		dyn.PrependWatchReactor("namespaces", func(clienttesting.Action) (bool, watch.Interface, error) {
+			r.namespaceWatches.Add(1)
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errors.New("RBAC: watch not granted"))
+		})
+	}
 	r.mu.Lock()
 	r.dyns = append(r.dyns, dyn)
 	r.mu.Unlock()
@@ -331,5 +343,42 @@ func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
 	require.NoError(t, dyn.Resource(namespacesResource).Delete(context.Background(), "edge-a", metav1.DeleteOptions{}))
 	waitFor(t, 15*time.Second, "the deleted remote namespace dropped", func() bool {
 		return slices.Equal(f.clusterRule("by-label").Status.Namespaces, []string{"edge-b"})
+	})
+}
+
+// TestRemoteNamespaceWatchRefused: a remote that grants list but not watch on Namespaces. The
+// failing watch is reported once, its cache is not trusted, and the rule lists the namespaces
+// at each evaluation (one per failed attempt), so a relabel is still followed; the reflector's
+// relists do not re-evaluate the rules for every unchanged namespace.
+func TestRemoteNamespaceWatchRefused(t *testing.T) {
+	remote := &remoteFake{forbidNamespaceWatch: true}
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("web", "edge-kc", "edge"),
+			newClusterRule("by-label", func(r *v1alpha1.ClusterWatchRule) {
+				r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+			}, rule([]string{"example.com"}, []string{"widgets"}))},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
+		sourceClients:       remote.clients,
+		workers:             1,
+		sourceProbeInterval: time.Hour,
+	})
+	waitFor(t, 15*time.Second, "the rule to be Ready", func() bool {
+		got := f.clusterRule("by-label")
+		return conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Status == metav1.ConditionTrue &&
+			slices.Equal(got.Status.Namespaces, []string{"edge-a"})
+	})
+	waitFor(t, 20*time.Second, "the refused watch to be tried again", func() bool { return remote.namespaceWatches.Load() >= 3 })
+	logs := f.logs.String()
+	require.Equal(t, 1, strings.Count(logs, "the watch of a remote source cluster's namespaces failed"), "reported once: %s", logs)
+	require.NotContains(t, logs, "a namespace of a remote source cluster changed", "a relist of unchanged namespaces re-evaluates nothing")
+
+	remote.mu.Lock()
+	dyn := remote.dyns[len(remote.dyns)-1]
+	remote.mu.Unlock()
+	_, err := dyn.Resource(namespacesResource).Update(context.Background(), newNamespace("edge-b", map[string]string{"team": "a"}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the relabelled namespace selected, from a list", func() bool {
+		return slices.Equal(f.clusterRule("by-label").Status.Namespaces, []string{"edge-a", "edge-b"})
 	})
 }
