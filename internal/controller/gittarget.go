@@ -133,15 +133,19 @@ func (c *Controller) replayIfLost(name types.NamespacedName, t *v1alpha1.GitTarg
 	if source := c.opts.Sources.Cluster(c.clusterOf(t.Spec.Destination())); source != nil {
 		streams = source.Replay(name)
 	}
+	branch := st.Branch
+	if branch == "" {
+		branch = t.Spec.Branch // this sync left the target unrouted
+	}
 	if now.startOvers == seen.startOvers {
 		c.log.Info("someone else's commits changed the GitTarget's folder; its streams hand their state over again",
-			"target", name.String(), "branch", st.Branch, "streams", streams)
+			"target", name.String(), "branch", branch, "streams", streams)
 		return
 	}
 	c.log.Warn("the branch was started over; the GitTarget's streams hand their state over again",
-		"target", name.String(), "branch", st.Branch, "streams", streams)
+		"target", name.String(), "branch", branch, "streams", streams)
 	c.events.Eventf(t, corev1.EventTypeWarning, v1alpha1.ReasonBranchStartedOver,
-		"branch %q was deleted and the server no longer holds its history; it is created again from the cluster (streams replayed: %d)", st.Branch, streams)
+		"branch %q was deleted and the server no longer holds its history; it is created again from the cluster (streams replayed: %d)", branch, streams)
 }
 
 // routeTarget routes the target to its branch when it can be written to, or unroutes it and

@@ -914,6 +914,7 @@ func (w *Worker) delivered(n int) {
 		w.remoteGone = false
 	}
 	w.failures, w.retryAt = 0, time.Time{}
+	w.branchCheckFailed = false // the push cleared the error a failed check had set
 	res := PushResult{Commits: make([]CommitInfo, 0, n)}
 	changes := 0
 	for _, p := range done {
