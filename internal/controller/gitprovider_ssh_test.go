@@ -1,9 +1,6 @@
 package controller
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"testing"
 
@@ -15,6 +12,7 @@ import (
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/gittest"
 )
 
 const sshRemoteURL = "git@git.example.com:team/config.git"
@@ -22,13 +20,8 @@ const sshRemoteURL = "git@git.example.com:team/config.git"
 // newSSHKeyPEM returns a new ed25519 private key (OpenSSH PEM) and its public key.
 func newSSHKeyPEM(t *testing.T) (string, ssh.PublicKey) {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	require.NoError(t, err)
-	sshPub, err := ssh.NewPublicKey(pub)
-	require.NoError(t, err)
-	return string(pem.EncodeToMemory(block)), sshPub
+	key, signer := gittest.NewSSHKey(t)
+	return string(key), signer.PublicKey()
 }
 
 // An SSH GitProvider reads the private key and known_hosts from its Secret, both required, and

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/gittest"
 )
 
 func TestNewWorkerValidation(t *testing.T) {
-	key, _ := newSSHKey(t)
-	_, host := newSSHKey(t)
-	sshCreds := Credentials{SSHKey: key, KnownHosts: knownHostsLine(t, "example.com:22", host)}
+	key, _ := gittest.NewSSHKey(t)
+	_, host := gittest.NewSSHKey(t)
+	sshCreds := Credentials{SSHKey: key, KnownHosts: gittest.KnownHostsLine("example.com:22", host)}
 	valid := func() Options { return testOptions("file:///tmp/remote.git") }
 	tests := []struct {
 		name    string
