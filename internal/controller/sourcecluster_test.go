@@ -306,19 +306,7 @@ func TestRemoteSourceClusterRefusals(t *testing.T) {
 // watched).
 func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
 	remote := &remoteFake{}
-	f := newFixture(t, fixtureConfig{
-		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("web", "edge-kc", "edge"),
-			newNamespace("local-a", map[string]string{"team": "a"}),
-			newClusterRule("by-label", func(r *v1alpha1.ClusterWatchRule) {
-				r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
-			}, rule([]string{"example.com"}, []string{"widgets"}))},
-		secrets: []runtime.Object{credsSecret(),
-			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
-		sourceClients: remote.clients,
-		workers:       1,
-		// No probe answer syncs the GitTarget (and so its rules) again while the test runs.
-		sourceProbeInterval: time.Hour,
-	})
+	f := remoteSelectorFixture(t, remote)
 	var got v1alpha1.ClusterWatchRule
 	waitFor(t, 15*time.Second, "the rule to be Ready", func() bool {
 		got = f.clusterRule("by-label")
@@ -346,23 +334,33 @@ func TestRemoteClusterRuleNamespaceSelector(t *testing.T) {
 	})
 }
 
+// remoteSelectorFixture runs the controller with GitTarget "web" mirroring the remote cluster
+// "edge" of remote, and ClusterWatchRule "by-label" selecting its widgets in the namespaces
+// labelled team=a; the local cluster has such a namespace too.
+func remoteSelectorFixture(t *testing.T, remote *remoteFake) *fixture {
+	t.Helper()
+	return newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("web", "edge-kc", "edge"),
+			newNamespace("local-a", map[string]string{"team": "a"}),
+			newClusterRule("by-label", func(r *v1alpha1.ClusterWatchRule) {
+				r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+			}, rule([]string{"example.com"}, []string{"widgets"}))},
+		secrets: []runtime.Object{credsSecret(),
+			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
+		sourceClients: remote.clients,
+		workers:       1,
+		// No probe answer syncs the GitTarget (and so its rules) again while the test runs.
+		sourceProbeInterval: time.Hour,
+	})
+}
+
 // TestRemoteNamespaceWatchRefused: a remote that grants list but not watch on Namespaces. The
 // failing watch is reported once, its cache is not trusted, and the rule lists the namespaces
 // at each evaluation (one per failed attempt), so a relabel is still followed; the reflector's
 // relists do not re-evaluate the rules for every unchanged namespace.
 func TestRemoteNamespaceWatchRefused(t *testing.T) {
 	remote := &remoteFake{forbidNamespaceWatch: true}
-	f := newFixture(t, fixtureConfig{
-		objects: []runtime.Object{newProvider("git", bareRepo), remoteTarget("web", "edge-kc", "edge"),
-			newClusterRule("by-label", func(r *v1alpha1.ClusterWatchRule) {
-				r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
-			}, rule([]string{"example.com"}, []string{"widgets"}))},
-		secrets: []runtime.Object{credsSecret(),
-			newSecret("edge-kc", map[string]string{"value": kubeconfigFor("https://edge.example:6443", "tok")})},
-		sourceClients:       remote.clients,
-		workers:             1,
-		sourceProbeInterval: time.Hour,
-	})
+	f := remoteSelectorFixture(t, remote)
 	waitFor(t, 15*time.Second, "the rule to be Ready", func() bool {
 		got := f.clusterRule("by-label")
 		return conditionOf(got.Status.Conditions, v1alpha1.ConditionReady).Status == metav1.ConditionTrue &&

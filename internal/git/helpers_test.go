@@ -84,12 +84,27 @@ func gitShow(t testing.TB, gitDir, branch, path string) string {
 // pushCommitFromClone clones url, writes file in it and pushes branch, as another writer would.
 func pushCommitFromClone(t testing.TB, url, branch, file, content string) {
 	t.Helper()
+	bobCommits(t, url, branch, "manual edit", func(dir string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644))
+		runGit(t, dir, "add", file)
+	})
+}
+
+// removeFromClone clones url, removes file and pushes branch as bob, with message.
+func removeFromClone(t testing.TB, url, branch, file, message string) {
+	t.Helper()
+	bobCommits(t, url, branch, message, func(dir string) { runGit(t, dir, "rm", "-q", file) })
+}
+
+// bobCommits clones branch of url, lets edit change the clone, and commits and pushes that as
+// bob, another writer.
+func bobCommits(t testing.TB, url, branch, message string, edit func(dir string)) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "clone")
 	runGit(t, "", "clone", "-q", "--branch", branch, url, dir)
-	require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644))
-	runGit(t, dir, "add", file)
-	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", "manual edit")
+	edit(dir)
+	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", message)
 	runGit(t, dir, "push", "-q", "origin", branch)
 }
 

@@ -199,17 +199,25 @@ func TestIdleWorkerFetchesForForeignEdits(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "a check that works again clears the error: %s", tw.logs.String())
 }
 
-// TestIdleWorkerRestoresADeletedBranch: a check that finds the branch deleted creates it again
-// at the worker's last commit, history included, while the server still holds it. Once the
-// server garbage-collected it, the push is refused and the worker starts the branch over.
-func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
+// startCheckingWorker starts a worker that checks its branch every 20ms, on a new bare
+// repository, and has it push alice's create of demo/first.
+func startCheckingWorker(t *testing.T) (gitDir string, tw *testWorker) {
+	t.Helper()
 	gitDir, url := newBareRemote(t)
 	opts := testOptions(url)
 	opts.CommitWindow = 10 * time.Millisecond
 	opts.FetchInterval = 20 * time.Millisecond
-	tw := startWorker(t, opts)
+	tw = startWorker(t, opts)
 	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
 	tw.waitPushed(t)
+	return gitDir, tw
+}
+
+// TestIdleWorkerRestoresADeletedBranch: a check that finds the branch deleted creates it again
+// at the worker's last commit, history included, while the server still holds it. Once the
+// server garbage-collected it, the push is refused and the worker starts the branch over.
+func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
+	gitDir, tw := startCheckingWorker(t)
 	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
 	require.Eventually(t, func() bool { return len(tw.pushes.commits()) == 2 }, 20*time.Second, 10*time.Millisecond)
 	history := gitLog(t, gitDir, "main", "%H")
@@ -238,13 +246,7 @@ func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
 // That is an ordinary failure, retried at the next check: the worker does not give the branch
 // up, and once the server accepts, the branch is back with its history.
 func TestRefusedRestoreIsRetriedNotStartedOver(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	opts.FetchInterval = 20 * time.Millisecond
-	tw := startWorker(t, opts)
-	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
-	tw.waitPushed(t)
+	gitDir, tw := startCheckingWorker(t)
 	history := gitLog(t, gitDir, "main", "%H")
 
 	hook := filepath.Join(gitDir, "hooks", "pre-receive")

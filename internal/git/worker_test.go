@@ -2,7 +2,6 @@ package git
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -329,17 +328,11 @@ func TestUnchangedChangeChecksTheBranchAsItIsNow(t *testing.T) {
 	tw.waitPushed(t)
 
 	// Another writer removes one file; the worker does not know.
-	dir := filepath.Join(t.TempDir(), "clone")
-	runGit(t, "", "clone", "-q", "--branch", "main", url, dir)
-	runGit(t, dir, "rm", "-q", "demo/core/configmaps/lost.yaml")
-	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", "bob removes lost")
-	runGit(t, dir, "push", "-q", "origin", "main")
+	removeFromClone(t, url, "main", "demo/core/configmaps/lost.yaml", "bob removes lost")
 	bobTip := gitLog(t, gitDir, "main", "%H")[0]
 
 	for _, name := range []string{"kept", "lost"} {
-		c := unresolved(cmChange(watch.OpUpdate, "demo", name, "1"))
-		c.Snapshot, c.Unchanged, c.Author = true, true, attribution.Author{}
-		tw.Submit("", c)
+		tw.Submit("", unchangedObject(name, "1"))
 	}
 	require.Eventually(t, func() bool { return len(gitLog(t, gitDir, "main", "%H")) == 3 }, 20*time.Second, 10*time.Millisecond,
 		"the lost file is written again: %v", gitLog(t, gitDir, "main", "%an|%s"))
@@ -486,9 +479,7 @@ func TestRebuildWithoutCommitReportsItsChanges(t *testing.T) {
 
 	// Someone else's commit inside the folder that leaves the object's file as it is.
 	pushCommitFromClone(t, url, "main", "apps/README.md", "hello")
-	c := unresolved(cmChange(watch.OpUpdate, "demo", "kept", "1"))
-	c.Snapshot, c.Unchanged, c.Author = true, true, attribution.Author{}
-	tw.Submit("apps", c)
+	tw.Submit("apps", unchangedObject("kept", "1"))
 	require.Eventually(t, func() bool { return len(tw.pushes.settled()) == 1 }, 20*time.Second, 10*time.Millisecond,
 		"the unchanged object is reported although it made no commit: %s", tw.logs.String())
 	require.Equal(t, "kept", tw.pushes.settled()[0].Name)
@@ -509,22 +500,16 @@ func TestIfMissingRestoresOnlyALostFile(t *testing.T) {
 	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "lost", "1")))
 	tw.Submit("", by("alice", "a3", cmChange(watch.OpCreate, "demo", "edited", "1")))
 	tw.waitPushed(t)
-	dir := filepath.Join(t.TempDir(), "clone")
-	runGit(t, "", "clone", "-q", "--branch", "main", url, dir)
-	runGit(t, dir, "rm", "-q", "demo/core/configmaps/lost.yaml")
-	runGit(t, dir, "-c", "user.name=bob", "-c", "user.email=bob@example.com", "commit", "-q", "-m", "bob removes lost")
-	runGit(t, dir, "push", "-q", "origin", "main")
+	removeFromClone(t, url, "main", "demo/core/configmaps/lost.yaml", "bob removes lost")
 
 	ifMissing := func(name, data string) attribution.AttributedChange {
-		c := unresolved(cmChange(watch.OpUpdate, "demo", name, data))
-		c.Snapshot, c.Unchanged, c.IfMissing, c.Author = true, true, true, attribution.Author{}
+		c := unchangedObject(name, data)
+		c.IfMissing = true
 		return c
 	}
-	unchanged := unresolved(cmChange(watch.OpUpdate, "demo", "edited", "2"))
-	unchanged.Snapshot, unchanged.Unchanged, unchanged.Author = true, true, attribution.Author{}
 	tw.Submit("", ifMissing("kept", "by-argo"))
 	tw.Submit("", ifMissing("lost", "by-argo"))
-	tw.Submit("", unchanged)
+	tw.Submit("", unchangedObject("edited", "2"))
 	tw.Submit("", ifMissing("edited", "by-argo"))
 	require.Eventually(t, func() bool { return len(gitLog(t, gitDir, "main", "%H")) == 3 && tw.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond,
 		"%v", gitLog(t, gitDir, "main", "%an|%s"))
@@ -540,4 +525,10 @@ func TestIfMissingRestoresOnlyALostFile(t *testing.T) {
 	require.NotContains(t, show("kept"), "by-argo", "an existing file is left as it is")
 	require.Contains(t, show("edited"), "2", "the window's own write of the object wins")
 	require.NotContains(t, show("edited"), "by-argo")
+}
+
+// unchangedObject is ConfigMap demo/name as a resumed stream hands over an object the folder
+// held in this version at the last push: Unchanged, no author.
+func unchangedObject(name, data string) attribution.AttributedChange {
+	return replayed(unresolved(cmChange(watch.OpUpdate, "demo", name, data)), true)
 }
