@@ -220,6 +220,25 @@ func testOptions(url string) Options {
 	}
 }
 
+// startPushed starts a worker with a 10ms commit window on a new bare repository (adjust, when
+// not nil, changes its options first) and has it push alice's creates of the ConfigMaps
+// demo/<name> into folder (audit IDs a1, a2, ...).
+func startPushed(t *testing.T, folder string, adjust func(*Options), names ...string) (gitDir, url string, tw *testWorker) {
+	t.Helper()
+	gitDir, url = newBareRemote(t)
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	if adjust != nil {
+		adjust(&opts)
+	}
+	tw = startWorker(t, opts)
+	for i, name := range names {
+		tw.Submit(folder, by("alice", fmt.Sprintf("a%d", i+1), cmChange(watch.OpCreate, "demo", name, "1")))
+	}
+	tw.waitPushed(t)
+	return gitDir, url, tw
+}
+
 // startWorker creates and runs a worker; stop it with tw.stop (or at cleanup).
 func startWorker(t testing.TB, opts Options) *testWorker {
 	t.Helper()

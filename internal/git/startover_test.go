@@ -124,12 +124,7 @@ func TestStartOverHoldEnds(t *testing.T) {
 // for nothing; one that edits a file in it asks for the folder's replay; a rewind of the branch
 // to before the worker's commit too.
 func TestForeignEditOfAFolderAsksForItsReplay(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	tw := startWorker(t, opts)
-	tw.Submit("apps", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
-	tw.waitPushed(t)
+	gitDir, url, tw := startPushed(t, "apps", nil, "first")
 	first := gitLog(t, gitDir, "main", "%H")[0]
 	pushed := func(n int) {
 		t.Helper()
@@ -199,25 +194,14 @@ func TestIdleWorkerFetchesForForeignEdits(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "a check that works again clears the error: %s", tw.logs.String())
 }
 
-// startCheckingWorker starts a worker that checks its branch every 20ms, on a new bare
-// repository, and has it push alice's create of demo/first.
-func startCheckingWorker(t *testing.T) (gitDir string, tw *testWorker) {
-	t.Helper()
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	opts.FetchInterval = 20 * time.Millisecond
-	tw = startWorker(t, opts)
-	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
-	tw.waitPushed(t)
-	return gitDir, tw
-}
+// checkEvery20ms has a worker check its branch every 20ms.
+func checkEvery20ms(o *Options) { o.FetchInterval = 20 * time.Millisecond }
 
 // TestIdleWorkerRestoresADeletedBranch: a check that finds the branch deleted creates it again
 // at the worker's last commit, history included, while the server still holds it. Once the
 // server garbage-collected it, the push is refused and the worker starts the branch over.
 func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
-	gitDir, tw := startCheckingWorker(t)
+	gitDir, _, tw := startPushed(t, "", checkEvery20ms, "first")
 	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "second", "1")))
 	require.Eventually(t, func() bool { return len(tw.pushes.commits()) == 2 }, 20*time.Second, 10*time.Millisecond)
 	history := gitLog(t, gitDir, "main", "%H")
@@ -246,7 +230,7 @@ func TestIdleWorkerRestoresADeletedBranch(t *testing.T) {
 // That is an ordinary failure, retried at the next check: the worker does not give the branch
 // up, and once the server accepts, the branch is back with its history.
 func TestRefusedRestoreIsRetriedNotStartedOver(t *testing.T) {
-	gitDir, tw := startCheckingWorker(t)
+	gitDir, _, tw := startPushed(t, "", checkEvery20ms, "first")
 	history := gitLog(t, gitDir, "main", "%H")
 
 	hook := filepath.Join(gitDir, "hooks", "pre-receive")
@@ -273,12 +257,7 @@ func TestRefusedRestoreIsRetriedNotStartedOver(t *testing.T) {
 // deleted branch's history gone, the worker does not start over (no replay can follow): Run
 // reports the change as not pushed, with the server's answer, and nothing is dropped silently.
 func TestHistoryLostAtShutdownIsReported(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	first := startWorker(t, opts)
-	first.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "first", "1")))
-	first.waitPushed(t)
+	gitDir, url, first := startPushed(t, "", nil, "first")
 	require.NoError(t, first.stop(t))
 
 	tw := startWorker(t, testOptions(url)) // a one-hour window: only the shutdown pushes

@@ -292,12 +292,7 @@ func TestNonFastForwardRebuildsPendingCommits(t *testing.T) {
 }
 
 func TestNonFastForwardWithSameContentDropsNothingButTheNoop(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	tw := startWorker(t, opts)
-	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "cfg", "1")))
-	tw.waitPushed(t)
+	gitDir, url, tw := startPushed(t, "", nil, "cfg")
 
 	// The other writer makes exactly our next change, and one more.
 	pushCommitFromClone(t, url, "main", "demo/core/configmaps/cfg.yaml", string(manifest("ConfigMap", "demo", "cfg", "2")))
@@ -319,13 +314,7 @@ func TestNonFastForwardWithSameContentDropsNothingButTheNoop(t *testing.T) {
 // of the other writer's commit, as the committer's snapshot. An unchanged object whose file is
 // there makes no commit.
 func TestUnchangedChangeChecksTheBranchAsItIsNow(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	tw := startWorker(t, opts)
-	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "kept", "1")))
-	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "lost", "1")))
-	tw.waitPushed(t)
+	gitDir, url, tw := startPushed(t, "", nil, "kept", "lost")
 
 	// Another writer removes one file; the worker does not know.
 	removeFromClone(t, url, "main", "demo/core/configmaps/lost.yaml", "bob removes lost")
@@ -470,12 +459,7 @@ func TestRunTwice(t *testing.T) {
 // the worker fetched) are reported as settled although nothing is pushed: the router counts
 // them done, and the worker is idle again.
 func TestRebuildWithoutCommitReportsItsChanges(t *testing.T) {
-	_, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	tw := startWorker(t, opts)
-	tw.Submit("apps", by("alice", "a1", cmChange(watch.OpCreate, "demo", "kept", "1")))
-	tw.waitPushed(t)
+	_, url, tw := startPushed(t, "apps", nil, "kept")
 
 	// Someone else's commit inside the folder that leaves the object's file as it is.
 	pushCommitFromClone(t, url, "main", "apps/README.md", "hello")
@@ -492,14 +476,7 @@ func TestRebuildWithoutCommitReportsItsChanges(t *testing.T) {
 // that exists as it is, whatever it holds; within one window an earlier change that writes the
 // object wins over it.
 func TestIfMissingRestoresOnlyALostFile(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	opts := testOptions(url)
-	opts.CommitWindow = 10 * time.Millisecond
-	tw := startWorker(t, opts)
-	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "kept", "1")))
-	tw.Submit("", by("alice", "a2", cmChange(watch.OpCreate, "demo", "lost", "1")))
-	tw.Submit("", by("alice", "a3", cmChange(watch.OpCreate, "demo", "edited", "1")))
-	tw.waitPushed(t)
+	gitDir, url, tw := startPushed(t, "", nil, "kept", "lost", "edited")
 	removeFromClone(t, url, "main", "demo/core/configmaps/lost.yaml", "bob removes lost")
 
 	ifMissing := func(name, data string) attribution.AttributedChange {
