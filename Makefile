@@ -7,7 +7,7 @@ KUBE_APISERVER := $(BIN)/kube-apiserver
 # Debian packages the tests and the demo start for real.
 DEB_PACKAGES := etcd-server redis-server git ca-certificates
 
-.PHONY: all build test test-unit test-e2e demo generate verify-generate bench load load-snapshot lint deps kube-apiserver clean
+.PHONY: all build test test-unit test-e2e fuzz demo generate verify-generate bench load load-snapshot lint deps kube-apiserver clean
 
 all: build
 
@@ -47,6 +47,21 @@ lint:
 
 test: deps kube-apiserver
 	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./...
+	$(MAKE) --no-print-directory fuzz
+
+## fuzz: every decoder of what a caller sends, fuzzed for FUZZTIME each (part of make test; the
+## seed corpora also run in every plain go test). A crash is saved under the package's
+## testdata/fuzz/ and fails the run.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	./internal/audit:FuzzDecode \
+	./internal/authz:FuzzDecodeReview
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 ## test-unit: unit tests only (no real components needed).
 test-unit:
