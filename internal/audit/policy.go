@@ -23,6 +23,16 @@ rules:
 # Reads never explain a write.
 - level: None
   verbs: ["get", "list", "watch"]
+# Requests that are not for a resource change no object.
+- level: None
+  nonResourceURLs: ["*"]
+# Subresources kubescribe never mirrors (it mirrors no subresource but scale) that carry a
+# credential or a command line: serviceaccounts/token answers with a token (TokenRequest), exec,
+# attach and portforward carry a command or a stream, proxy a proxied request. Nothing at all.
+- level: None
+  resources:
+  - group: "*"
+    resources: ["*/token", "*/exec", "*/attach", "*/portforward", "*/proxy"]
 # High-volume writes kubescribe never mirrors.
 - level: None
   resources:
@@ -32,13 +42,15 @@ rules:
     resources: ["events"]
   - group: "events.k8s.io"
     resources: ["events"]
+  # TokenReview's spec.token is a credential; reviews of access change no object.
   - group: "authentication.k8s.io"
   - group: "authorization.k8s.io"
-# Secret payloads never leave the apiserver: metadata only (see docs/security.md).
+# Secret payloads (bootstrap tokens and service-account token Secrets among them) never leave
+# the apiserver: metadata only, for every verb and subresource (see docs/security.md).
 - level: Metadata
   resources:
   - group: ""
-    resources: ["secrets"]
+    resources: ["secrets", "secrets/*"]
 # Every other write, with the response that carries the object's uid and resourceVersion.
 - level: RequestResponse
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
