@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -66,12 +67,14 @@ const (
 	unconfirmed confirmation = iota // no candidate matches (yet)
 	confirmed                       // candidates of exactly one user match
 	ambiguous                       // candidates of different users match: never a guess
+	overflowed                      // more than MaxCandidates candidates: never a guess
 )
 
 // confirm looks for the admission candidates that describe exactly the write c observed: same
 // object uid, a base resourceVersion equal to the version the informer held before c, and
 // the same declared form (for a scale, the same replicas; for a delete, a DELETE). A change
-// found by a list has no base: nothing confirms it.
+// found by a list has no base: nothing confirms it. A base with more candidates than
+// MaxCandidates is overflowed, whatever they say.
 func (j *Joiner) confirm(c watch.Change) (confirmation, Author) {
 	if j.candidates == nil || c.Snapshot {
 		return unconfirmed, Author{}
@@ -99,6 +102,9 @@ func (j *Joiner) confirm(c watch.Change) (confirmation, Author) {
 		ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 		cands, err := j.candidates.Candidates(ctx, c.Cluster, c.UID, base)
 		cancel()
+		if errors.Is(err, ErrTooManyCandidates) {
+			return overflowed, Author{}
+		}
 		if err != nil {
 			j.log.Warn("admission candidate lookup failed", "err", err, "uid", c.UID)
 			if j.metrics != nil {

@@ -404,10 +404,17 @@ func (j *Joiner) confirmed(c watch.Change, start time.Time) (Author, bool) {
 		return a, true
 	case ambiguous:
 		j.metrics.observe("unresolved", time.Since(start))
-		j.metrics.ambiguousInc()
+		j.metrics.ambiguousInc(false)
 		j.log.Info("admission candidates of different users match the change; author is unresolved",
 			"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
 			"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op)
+		return Unresolved(), true
+	case overflowed:
+		j.metrics.observe("unresolved", time.Since(start))
+		j.metrics.ambiguousInc(true)
+		j.log.Warn("more admission candidates than the bound for the change's base version; author is unresolved",
+			"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
+			"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op, "bound", MaxCandidates)
 		return Unresolved(), true
 	}
 	return Author{}, false

@@ -15,6 +15,7 @@ type Metrics struct {
 	lookupErrors prometheus.Counter
 	bySource     *prometheus.CounterVec
 	ambiguous    prometheus.Counter
+	overflows    prometheus.Counter
 }
 
 // NewMetrics registers the join's metrics on reg.
@@ -45,7 +46,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"source"})
 	m.ambiguous = f.NewCounter(prometheus.CounterOpts{
 		Name: "kubescribe_attribution_ambiguous_candidates_total",
-		Help: "Changes left unresolved because admission candidates of different users matched them.",
+		Help: "Changes left unresolved because admission candidates of different users matched them, or more candidates than the bound were recorded for their base version.",
+	})
+	m.overflows = f.NewCounter(prometheus.CounterOpts{
+		Name: "kubescribe_attribution_candidate_overflows_total",
+		Help: "Changes left unresolved because more admission candidates than the bound (64) were recorded for their object's base version (also counted in kubescribe_attribution_ambiguous_candidates_total).",
 	})
 	for _, r := range []string{"resolved", "unresolved", "snapshot"} {
 		m.joins.WithLabelValues(r)
@@ -62,9 +67,13 @@ func (m *Metrics) resolvedBy(s Source) {
 	}
 }
 
-func (m *Metrics) ambiguousInc() {
-	if m != nil {
-		m.ambiguous.Inc()
+func (m *Metrics) ambiguousInc(overflow bool) {
+	if m == nil {
+		return
+	}
+	m.ambiguous.Inc()
+	if overflow {
+		m.overflows.Inc()
 	}
 }
 
