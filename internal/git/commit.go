@@ -193,8 +193,13 @@ func distinct(changes []attribution.AttributedChange, key func(attribution.Attri
 	return out
 }
 
-// validChange reports why a change cannot be written, or nil.
+// validChange reports why a change cannot be written, or nil. The raw parts of its path are
+// checked before anything joins them, and the joined path must stay inside the target's
+// folder: a namespace, group or name of ".." would otherwise climb out of it.
 func validChange(targetPath string, c watch.Change) error {
+	if err := checkTargetPath(targetPath); err != nil {
+		return err
+	}
 	switch c.Op {
 	case watch.OpCreate, watch.OpUpdate:
 		if c.Manifest == nil {
@@ -202,23 +207,18 @@ func validChange(targetPath string, c watch.Change) error {
 		}
 	case watch.OpDelete:
 	case watch.OpSweep:
-		if c.GVR.Resource == "" || strings.Contains(c.GVR.Resource, "/") || strings.Contains(c.Scope, "/") {
-			return errors.New("a sweep needs a resource, and neither it nor its namespace may contain '/'")
-		}
-		return nil
+		// A sweep names no object: its scope is the namespace whose files it removes.
+		s := c
+		s.Namespace = c.Scope
+		return checkParts(s, false)
 	default:
 		return fmt.Errorf("unknown op %q", c.Op)
 	}
-	if c.Name == "" || c.GVR.Resource == "" {
-		return errors.New("name and resource are required")
+	if err := checkParts(c, true); err != nil {
+		return err
 	}
-	if strings.Contains(c.Name, "/") || strings.Contains(c.Namespace, "/") || strings.Contains(c.GVR.Resource, "/") {
-		return errors.New("namespace, name and resource must not contain '/'")
-	}
-	for _, seg := range strings.Split(ObjectPath(targetPath, c), "/") {
-		if seg == "" || seg == "." || seg == ".." || strings.EqualFold(seg, ".git") || strings.ContainsRune(seg, 0) {
-			return fmt.Errorf("path segment %q cannot be stored in git", seg)
-		}
+	if p := ObjectPath(targetPath, c); !underFolder(targetPath, p) {
+		return fmt.Errorf("path %q is outside the target folder %q", p, targetPath)
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ type Metrics struct {
 	pending      prometheus.Gauge
 	dropped      prometheus.Counter
 	unrouted     prometheus.Counter
+	invalid      prometheus.Counter
 	pushBytesTot prometheus.Counter
 	unpushed     prometheus.Gauge
 	storeObjects prometheus.Gauge
@@ -76,6 +77,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unrouted: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_unrouted_changes_total",
 			Help: "Changes dropped because their GitTarget had no destination (not Ready) when they arrived, or had moved to another one (retarget).",
+		}),
+		invalid: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_invalid_changes_total",
+			Help: "Changes refused by the git workers because their path cannot be stored: a namespace, group, resource or name that is empty, '.' or '..', holds '/', '\\' or a NUL, starts with '.git', or would land outside the GitTarget's folder. Each is logged.",
 		}),
 		pushBytesTot: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_push_bytes_total",
@@ -150,6 +155,12 @@ func (m *Metrics) addPending(n int) {
 func (m *Metrics) changeDropped() {
 	if m != nil {
 		m.dropped.Inc()
+	}
+}
+
+func (m *Metrics) changeInvalid() {
+	if m != nil {
+		m.invalid.Inc()
 	}
 }
 

@@ -559,6 +559,7 @@ func (w *Worker) accept(s submission) {
 	if err := validChange(s.targetPath, c.Change); err != nil {
 		w.log.Error("change cannot be stored in git; skipped", "err", err,
 			"resource", c.GVR.Resource, "namespace", c.Namespace, "name", c.Name, "resourceVersion", c.ResourceVersion)
+		w.opts.Metrics.changeInvalid()
 		w.addPending(-1)
 		return
 	}

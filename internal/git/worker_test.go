@@ -438,13 +438,20 @@ func TestBranches(t *testing.T) {
 
 func TestInvalidChangeIsSkipped(t *testing.T) {
 	gitDir, url := newBareRemote(t)
-	tw := startWorker(t, testOptions(url))
-	bad := by("alice", "a1", cmChange(watch.OpCreate, "demo", "a/b", "1"))
-	tw.Submit("", bad)
-	tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "ok", "1")))
+	opts := testOptions(url)
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := startWorker(t, opts)
+	tw.Submit("apps", by("alice", "a1", cmChange(watch.OpCreate, "demo", "a/b", "1")))
+	// A non-conformant server's namespace "..": path.Join would make it .github/workflows/...
+	escape := by("alice", "a2", cmChange(watch.OpCreate, "..", "evil", "1"))
+	escape.GVR.Group, escape.GVR.Resource = ".github", "workflows"
+	tw.Submit("apps", escape)
+	tw.Submit("apps", by("alice", "a3", cmChange(watch.OpCreate, "demo", "ok", "1")))
 	require.NoError(t, tw.stop(t))
-	require.Equal(t, []string{"demo/core/configmaps/ok.yaml"}, gitFiles(t, gitDir, "main"))
+	require.Equal(t, []string{"apps/demo/core/configmaps/ok.yaml"}, gitFiles(t, gitDir, "main"))
 	require.Contains(t, tw.logs.String(), "change cannot be stored in git")
+	require.Contains(t, tw.logs.String(), `namespace \"..\" is a relative path`)
+	require.InDelta(t, 2, testutil.ToFloat64(opts.Metrics.invalid), 0)
 }
 
 func TestRunTwice(t *testing.T) {
