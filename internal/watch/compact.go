@@ -170,6 +170,41 @@ type compactor struct {
 	render Render
 	in     interner
 	arena  manifestArena
+	// gvr and namespace are what the informer watches: an object outside them (which only a
+	// non-conformant server sends) is refused before it is kept, and reported to refused.
+	gvr       schema.GroupVersionResource
+	namespace string
+	refused   func(u *unstructured.Unstructured, reason string)
+}
+
+// The reasons an object an informer received is refused (kubescribe_watch_objects_refused_total).
+const (
+	// RefusedNamespace: a namespaced informer received an object of another namespace.
+	RefusedNamespace = "namespace"
+	// RefusedGroup: the object's apiVersion is not of the watched resource's API group.
+	RefusedGroup = "group"
+)
+
+// outOfScope says why u is not an object of the informer's resource and namespace, or "".
+func (c *compactor) outOfScope(u *unstructured.Unstructured) string {
+	if c.namespace != "" && u.GetNamespace() != c.namespace {
+		return RefusedNamespace
+	}
+	if av := u.GetAPIVersion(); av != "" {
+		if gv, err := schema.ParseGroupVersion(av); err != nil || gv.Group != c.gvr.Group {
+			return RefusedGroup
+		}
+	}
+	return ""
+}
+
+// admit reports whether u is in the informer's scope, reporting it when it is not.
+func (c *compactor) admit(u *unstructured.Unstructured) bool {
+	reason := c.outOfScope(u)
+	if reason != "" && c.refused != nil {
+		c.refused(u, reason)
+	}
+	return reason == ""
 }
 
 func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
@@ -198,20 +233,23 @@ func (c *compactor) compact(u *unstructured.Unstructured) *compactObject {
 }
 
 // compactEvent compacts a watch event's object. A bookmark keeps its resourceVersion and
-// annotations (the reflector reads the end of a watch-list's initial events there).
-func (c *compactor) compactEvent(e watch.Event) watch.Event {
+// annotations (the reflector reads the end of a watch-list's initial events there). An event
+// of an object outside the informer's scope is dropped (false).
+func (c *compactor) compactEvent(e watch.Event) (watch.Event, bool) {
 	u, ok := e.Object.(*unstructured.Unstructured)
 	switch {
 	case e.Type == watch.Error || !ok:
-		return e
+		return e, true
 	case e.Type == watch.Bookmark:
 		o := &compactObject{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}}
 		o.ResourceVersion, o.Annotations = u.GetResourceVersion(), u.GetAnnotations()
 		e.Object = o
+	case !c.admit(u):
+		return e, false
 	default:
 		e.Object = c.compact(u)
 	}
-	return e
+	return e, true
 }
 
 // compactList compacts a page of a list.
@@ -220,10 +258,12 @@ func (c *compactor) compactList(obj runtime.Object) (runtime.Object, error) {
 	if !ok {
 		return nil, fmt.Errorf("a list of %T, not of unstructured objects", obj)
 	}
-	out := &compactList{Items: make([]*compactObject, len(l.Items))}
+	out := &compactList{Items: make([]*compactObject, 0, len(l.Items))}
 	out.ResourceVersion, out.Continue, out.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
 	for i := range l.Items {
-		out.Items[i] = c.compact(&l.Items[i])
+		if c.admit(&l.Items[i]) {
+			out.Items = append(out.Items, c.compact(&l.Items[i]))
+		}
 		l.Items[i] = unstructured.Unstructured{} // the full object can go before the page is done
 	}
 	return out, nil
@@ -266,7 +306,7 @@ func newCompactInformer(client dynamic.Interface, gvr schema.GroupVersionResourc
 		if err != nil {
 			return nil, err
 		}
-		return watch.Filter(w, func(e watch.Event) (watch.Event, bool) { return c.compactEvent(e), true }), nil
+		return watch.Filter(w, c.compactEvent), nil
 	}
 	lw := &cache.ListWatch{
 		ListFunc: func(options metav1.ListOptions) (runtime.Object, error) {

@@ -194,12 +194,15 @@ func TestCompactListAndBookmark(t *testing.T) {
 	bm.SetKind("ConfigMap")
 	bm.SetResourceVersion("12")
 	bm.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-	e := c.compactEvent(watch.Event{Type: watch.Bookmark, Object: bm})
+	e, ok := c.compactEvent(watch.Event{Type: watch.Bookmark, Object: bm})
+	require.True(t, ok)
 	o := e.Object.(*compactObject)
 	require.Equal(t, "12", o.GetResourceVersion())
 	require.Equal(t, "true", o.GetAnnotations()[metav1.InitialEventsAnnotationKey])
 	status := &metav1.Status{Message: "gone"}
-	require.Same(t, status, c.compactEvent(watch.Event{Type: watch.Error, Object: status}).Object)
+	e, ok = c.compactEvent(watch.Event{Type: watch.Error, Object: status})
+	require.True(t, ok)
+	require.Same(t, status, e.Object)
 }
 
 // Values many compact objects share are stored once per informer: objects of one namespace,

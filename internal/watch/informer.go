@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -92,7 +93,12 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 	}
 	// No periodic resync: a resync re-delivers unchanged objects, which the dedup would only
 	// have to discard again.
-	s.compactor = &compactor{render: opts.Render}
+	s.compactor = &compactor{render: opts.Render, gvr: key.gvr, namespace: key.namespace,
+		refused: func(u *unstructured.Unstructured, reason string) {
+			s.metrics.refused(cluster, key.gvr, reason)
+			s.log.Error("object outside the informer's scope; refused", "reason", reason,
+				"objectNamespace", u.GetNamespace(), "name", u.GetName(), "apiVersion", u.GetAPIVersion())
+		}}
 	s.compactor.arena.idle = s.repackIfWasteful
 	s.informer = newCompactInformer(client, key.gvr, key.namespace, s.compactor)
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {

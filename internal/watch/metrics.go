@@ -15,6 +15,7 @@ type Metrics struct {
 	refreshes *prometheus.CounterVec
 	triggers  *prometheus.GaugeVec
 	repacks   *prometheus.CounterVec
+	refusals  *prometheus.CounterVec
 }
 
 // NewMetrics creates the watch metrics and registers them with reg.
@@ -45,6 +46,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_watch_manifest_repacks_total",
 			Help: "Times an informer, idle after its objects changed, copied the declared forms it holds into fresh memory so that the superseded ones could be freed, by cluster and resource.",
 		}, []string{"cluster", "resource"}),
+		refusals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_objects_refused_total",
+			Help: "Objects a cluster's list or watch returned outside what the informer asked for, refused before they are kept, by cluster, resource and reason (namespace: another namespace than the watched one; group: an apiVersion of another API group). Only a non-conformant server sends them.",
+		}, []string{"cluster", "resource", "reason"}),
+	}
+}
+
+func (m *Metrics) refused(cluster string, gvr schema.GroupVersionResource, reason string) {
+	if m != nil {
+		m.refusals.WithLabelValues(cluster, resourceLabel(gvr), reason).Inc()
 	}
 }
 
