@@ -16,6 +16,7 @@ type Metrics struct {
 	bySource     *prometheus.CounterVec
 	ambiguous    prometheus.Counter
 	overflows    prometheus.Counter
+	factsRefused *prometheus.CounterVec
 }
 
 // NewMetrics registers the join's metrics on reg.
@@ -52,6 +53,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "kubescribe_attribution_candidate_overflows_total",
 		Help: "Changes left unresolved because more admission candidates than the bound (64) were recorded for their object's base version (also counted in kubescribe_attribution_ambiguous_candidates_total).",
 	})
+	m.factsRefused = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubescribe_attribution_facts_refused_total",
+		Help: "Audit facts refused as evidence (not stored) because their stage timestamp lies outside the apiserver's delivery window, by reason: stale (older than the arrival minus --audit-fact-max-delay and the skew), future (newer than the arrival plus --audit-fact-clock-skew).",
+	}, []string{"reason"})
+	m.factsRefused.WithLabelValues(refusedStale)
+	m.factsRefused.WithLabelValues(refusedFuture)
 	for _, r := range []string{"resolved", "unresolved", "snapshot"} {
 		m.joins.WithLabelValues(r)
 	}

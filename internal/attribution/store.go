@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -27,6 +28,16 @@ import (
 // a delete beats any other verb, then the earliest stage timestamp wins. The stored value is the
 // fixed-width rank followed by the fact's record (record.go), and the comparison is done by one
 // atomic script for the whole batch.
+//
+// The stage timestamp is written by whoever posts the batch, so it is evidence only within the
+// apiserver's delivery schedule: a fact is refused (not stored, counted in
+// kubescribe_attribution_facts_refused_total, logged once per batch) when its stage timestamp
+// is older than its arrival minus the longest delay the apiserver's audit webhook can deliver
+// a batch with (SetFactWindow; DefaultFactMaxDelay, worked out from k8s.io/apiserver's
+// defaults), or newer than its arrival, each with a clock-skew allowance. Among the facts left,
+// the earliest still wins, but it cannot reach further back than that window: a fact dated
+// 1970 replaces nothing. docs/architecture.md ("Fact ranking") has the arithmetic and why no
+// rule without a timestamp keeps the real write's credit.
 
 // rankWidth is the length of the rank prefix: one class digit and 19 digits of Unix nanoseconds.
 const rankWidth = 20
@@ -56,6 +67,30 @@ return n
 // window, short enough that Redis does not fill with facts nobody joins.
 const DefaultFactTTL = 10 * time.Minute
 
+// DefaultFactMaxDelay is the longest the kube-apiserver's audit webhook backend, with its
+// default settings (k8s.io/apiserver v0.37), takes from an event's ResponseComplete stage to
+// the delivery of its batch:
+//
+//	30s     --audit-webhook-batch-max-wait: an event waits in the buffer until its batch is cut
+//	2.5s    the batch throttle (10 batches/s): a full buffer of 10,000 events is 25 batches
+//	150s    5 attempts (--audit-webhook-initial-backoff's wait.Backoff has Steps 5), each up
+//	        to the webhook client's 30s request timeout (k8s.io/apiserver/pkg/util/webhook)
+//	97.5s   the 4 waits between them, 10s x1.5 each time, plus up to 20% jitter:
+//	        (10 + 15 + 22.5 + 33.75) x 1.2
+//
+// 280s in all. An apiserver whose audit webhook flags raise any of these needs a larger window.
+const DefaultFactMaxDelay = 280 * time.Second
+
+// DefaultFactClockSkew is how far the apiserver's clock, which writes stage timestamps, may be
+// from kubescribe's, which receives them, either way.
+const DefaultFactClockSkew = 10 * time.Second
+
+// Reasons of kubescribe_attribution_facts_refused_total.
+const (
+	refusedStale  = "stale"  // older than its arrival minus the delivery window and the skew
+	refusedFuture = "future" // newer than its arrival plus the skew
+)
+
 // Store keeps attribution facts in Redis so that any replica can answer for a fact any replica
 // received. It implements audit.FactStore.
 type Store struct {
@@ -67,6 +102,12 @@ type Store struct {
 	// cluster: keys of one batch live on different slots, so they cannot go to one script
 	// call; each key gets its own call, all in one pipeline.
 	cluster bool
+	// maxDelay and skew: the delivery window a fact's stage timestamp must lie in
+	// (SetFactWindow); now is the clock arrivals are read from.
+	maxDelay, skew time.Duration
+	now            func() time.Time
+	log            *slog.Logger
+	metrics        *Metrics
 }
 
 // NewStore returns a Store. ttl <= 0 means DefaultFactTTL.
@@ -75,7 +116,41 @@ func NewStore(rdb redis.UniversalClient, prefix keyspace.Prefix, ttl time.Durati
 		ttl = DefaultFactTTL
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Store{rdb: rdb, prefix: prefix, ttl: ttl, candTTL: DefaultCandidateTTL, cluster: cluster}
+	return &Store{rdb: rdb, prefix: prefix, ttl: ttl, candTTL: DefaultCandidateTTL, cluster: cluster,
+		maxDelay: DefaultFactMaxDelay, skew: DefaultFactClockSkew, now: time.Now, log: slog.New(slog.DiscardHandler)}
+}
+
+// SetFactWindow sets how old (maxDelay) a fact's stage timestamp may be when the fact arrives,
+// and the clock-skew allowance added on both sides; a value <= 0 keeps its default. Call it
+// before the store is used.
+func (s *Store) SetFactWindow(maxDelay, skew time.Duration) {
+	if maxDelay > 0 {
+		s.maxDelay = maxDelay
+	}
+	if skew > 0 {
+		s.skew = skew
+	}
+}
+
+// SetObservability makes the store log refused facts to log and count them in m (either may
+// be nil). Call it before the store is used.
+func (s *Store) SetObservability(log *slog.Logger, m *Metrics) {
+	if log != nil {
+		s.log = log
+	}
+	s.metrics = m
+}
+
+// plausible reports whether a stage timestamp can be that of an event the apiserver delivers
+// at received, and if not, why.
+func (s *Store) plausible(stage, received time.Time) (string, bool) {
+	switch {
+	case stage.Before(received.Add(-s.maxDelay - s.skew)):
+		return refusedStale, false
+	case stage.After(received.Add(s.skew)):
+		return refusedFuture, false
+	}
+	return "", true
 }
 
 // DefaultCandidateTTL is how long an admission candidate is kept: a candidate that no watch
@@ -158,9 +233,16 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 	b := getBatch()
 	defer putBatch(b)
 
+	// Arrival: when the batch is handed over, right after the handler read and decoded it.
+	received := s.now()
+	var refused refusal
 	// Values: the record is encoded once per fact and repeated for each of its keys.
 	for i := range facts {
 		f := &facts[i]
+		if reason, ok := s.plausible(f.StageTimestamp, received); !ok {
+			refused.add(reason, f)
+			continue
+		}
 		first := len(b.keyEnds)
 		s.appendKeys(b, f)
 		if len(b.keyEnds) == first {
@@ -175,6 +257,7 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 			b.ends = append(b.ends, len(b.buf))
 		}
 	}
+	s.report(&refused, received)
 	if len(b.keyEnds) == 0 {
 		return nil
 	}
@@ -190,7 +273,9 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 	// The announcement: "<route>/<uid>" per key, one per line; the uid is the key's.
 	annStart := len(b.buf)
 	for i := range facts {
-		b.buf = appendAnnouncement(b.buf, annStart, &facts[i])
+		if _, ok := s.plausible(facts[i].StageTimestamp, received); ok {
+			b.buf = appendAnnouncement(b.buf, annStart, &facts[i])
+		}
 	}
 	announcement := b.buf[annStart:]
 	value := func(i int) []byte {
@@ -226,6 +311,39 @@ func (s *Store) StoreFacts(ctx context.Context, facts []audit.Fact) error {
 		return fmt.Errorf("storing %d attribution facts: %w", len(b.keys), err)
 	}
 	return nil
+}
+
+// refusal sums up the facts of one batch refused as evidence.
+type refusal struct {
+	stale, future int
+	// first is the first refused fact's (for the log: no user, no object).
+	route, auditID, reason string
+	stage                  time.Time
+}
+
+func (r *refusal) add(reason string, f *audit.Fact) {
+	if r.stale+r.future == 0 {
+		r.route, r.auditID, r.reason, r.stage = f.Route, f.AuditID, reason, f.StageTimestamp
+	}
+	if reason == refusedStale {
+		r.stale++
+	} else {
+		r.future++
+	}
+}
+
+// report counts a batch's refused facts and logs them, once.
+func (s *Store) report(r *refusal, received time.Time) {
+	if r.stale+r.future == 0 {
+		return
+	}
+	if s.metrics != nil {
+		s.metrics.factsRefused.WithLabelValues(refusedStale).Add(float64(r.stale))
+		s.metrics.factsRefused.WithLabelValues(refusedFuture).Add(float64(r.future))
+	}
+	s.log.Warn("audit facts refused as evidence: their stage timestamps lie outside the apiserver's delivery window",
+		"route", r.route, "stale", r.stale, "future", r.future, "firstAuditID", r.auditID, "firstReason", r.reason,
+		"firstStageTimestamp", r.stage, "received", received, "maxDelay", s.maxDelay, "clockSkew", s.skew)
 }
 
 // appendRank appends the rank of f: facts claiming the same key keep the lowest.

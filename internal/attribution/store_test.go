@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -21,12 +25,19 @@ import (
 // startRedis runs a real redis-server on a free loopback port for the test.
 func startRedis(t testing.TB) *redis.Client { return redistest.Start(t) }
 
+// arrivingAt makes s receive every batch at t: the facts of these tests have fixed stage
+// timestamps, which must lie in the delivery window.
+func arrivingAt(s *Store, t time.Time) *Store {
+	s.now = func() time.Time { return t }
+	return s
+}
+
 func TestStoreEarliestFactWins(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	s := NewStore(rdb, keyspace.MustParse("test:ks:"), time.Minute)
-
 	t0 := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	s := arrivingAt(NewStore(rdb, keyspace.MustParse("test:ks:"), time.Minute), t0.Add(5*time.Second))
+
 	create := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1", StageTimestamp: t0}
 	noop := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "patch", User: audit.Identity{Username: "bob"}, AuditID: "a2", StageTimestamp: t0.Add(time.Second)}
 	// The no-op patch's batch arrives first (the apiserver retried the create's batch).
@@ -55,9 +66,8 @@ func TestStoreEarliestFactWins(t *testing.T) {
 func TestStoreDeletes(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
-
 	t0 := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	s := arrivingAt(NewStore(rdb, keyspace.MustParse("kubescribe"), 0), t0.Add(time.Second))
 	held := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "delete", Terminating: true, User: audit.Identity{Username: "alice"}, StageTimestamp: t0}
 	finalizerPatch := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "20", Verb: "patch", Terminating: true, User: audit.Identity{Username: "bot"}, StageTimestamp: t0.Add(-time.Second)}
 	collection := audit.Fact{Route: "local", Verb: "deletecollection", DeletedUIDs: []string{"u2", "u3"}, User: audit.Identity{Username: "carol"}, StageTimestamp: t0}
@@ -92,7 +102,7 @@ func TestStoreAnnouncesAndJoinerWakes(t *testing.T) {
 
 	out := make(chan AttributedChange, 1)
 	j.Join(change("u9", "5", "update"), func(c AttributedChange) { out <- c })
-	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{{Route: "local", UID: "u9", ResourceVersion: "5", Verb: "update", User: audit.Identity{Username: "bob"}}}))
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{{Route: "local", UID: "u9", ResourceVersion: "5", Verb: "update", User: audit.Identity{Username: "bob"}, StageTimestamp: time.Now()}}))
 	select {
 	case got := <-out:
 		require.Equal(t, "bob", got.Author.Username)
@@ -105,7 +115,7 @@ func TestStoreUnavailable(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
-	err := s.StoreFacts(context.Background(), []audit.Fact{{Route: "local", UID: "u1", ResourceVersion: "1", Verb: "create"}})
+	err := s.StoreFacts(context.Background(), []audit.Fact{{Route: "local", UID: "u1", ResourceVersion: "1", Verb: "create", StageTimestamp: time.Now()}})
 	require.ErrorContains(t, err, "storing 1 attribution facts")
 }
 
@@ -123,8 +133,8 @@ func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestStoreFactsOneRoundTrip(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	s := NewStore(rdb, keyspace.MustParse("kubescribe"), 0)
 	t0 := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	s := arrivingAt(NewStore(rdb, keyspace.MustParse("kubescribe"), 0), t0.Add(time.Second))
 	batch := func(n int, user string) []audit.Fact {
 		var facts []audit.Fact
 		for i := range n {
@@ -173,8 +183,9 @@ func TestStoreFactsOneRoundTrip(t *testing.T) {
 	require.NoError(t, s.StoreFacts(ctx, batch(400, "alice")))
 	later := batch(400, "bob")
 	for i := range later {
-		later[i].StageTimestamp = later[i].StageTimestamp.Add(time.Hour)
+		later[i].StageTimestamp = later[i].StageTimestamp.Add(time.Minute)
 	}
+	arrivingAt(s, t0.Add(time.Minute+time.Second))
 	require.NoError(t, s.StoreFacts(ctx, later))
 	got, err := s.Lookup(ctx, "local", "u7", "107", false)
 	require.NoError(t, err)
@@ -237,4 +248,109 @@ func TestLookupRecordVersions(t *testing.T) {
 	require.Nil(t, got)
 	require.ErrorContains(t, err, "decoding fact record")
 	require.False(t, errors.As(err, &unknown))
+}
+
+// records counts the records a slog handler receives and keeps their messages.
+type records struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+// Finding 4b: a fact's stage timestamp is chosen by whoever posts it, so a fact dated outside
+// the apiserver's delivery window is no evidence. A forged fact dated 1970, arriving after the
+// genuine one for the same key, is refused, counted and logged once per batch; it replaces
+// nothing. So is a fact dated in the future.
+func TestStoreRefusesFactsOutsideTheDeliveryWindow(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	logs := &records{}
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := arrivingAt(NewStore(rdb, keyspace.MustParse("test:ks:"), time.Minute), t0.Add(time.Second))
+	s.SetObservability(slog.New(logs), m)
+
+	genuine := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "update", User: audit.Identity{Username: "alice"}, AuditID: "a1", StageTimestamp: t0}
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{genuine}))
+
+	arrivingAt(s, t0.Add(3*time.Second))
+	forged := []audit.Fact{
+		{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "update", User: audit.Identity{Username: "mallory"}, AuditID: "f1", StageTimestamp: time.Unix(0, 0)},
+		{Route: "local", UID: "u1", Verb: "delete", User: audit.Identity{Username: "mallory"}, AuditID: "f2", StageTimestamp: time.Unix(1, 0)},
+		{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "patch", User: audit.Identity{Username: "mallory"}, AuditID: "f3"}, // no timestamp
+		{Route: "local", UID: "u2", ResourceVersion: "4", Verb: "create", User: audit.Identity{Username: "mallory"}, AuditID: "f4", StageTimestamp: t0.Add(time.Hour)},
+	}
+	require.NoError(t, s.StoreFacts(ctx, forged), "a refused fact is no error: retrying the batch would not make it evidence")
+
+	got, err := s.Lookup(ctx, "local", "u1", "10", false)
+	require.NoError(t, err)
+	require.Equal(t, "alice", got.User.Username)
+	got, err = s.Lookup(ctx, "local", "u1", "", true)
+	require.NoError(t, err)
+	require.Nil(t, got, "the forged delete is not stored")
+	got, err = s.Lookup(ctx, "local", "u2", "4", false)
+	require.NoError(t, err)
+	require.Nil(t, got, "a fact from the future is not stored")
+
+	require.Equal(t, 3.0, testutil.ToFloat64(m.factsRefused.WithLabelValues("stale")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.factsRefused.WithLabelValues("future")))
+	require.Len(t, logs.msgs, 1, "one log line for the batch: %q", logs.msgs)
+	require.Contains(t, logs.msgs[0], "outside the apiserver's delivery window")
+}
+
+// The window's edges: DefaultFactMaxDelay plus the skew into the past, the skew into the
+// future; SetFactWindow moves them.
+func TestStoreFactWindowEdges(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := arrivingAt(NewStore(rdb, keyspace.MustParse("test:ks:"), time.Minute), now)
+	oldest := now.Add(-DefaultFactMaxDelay - DefaultFactClockSkew)
+	newest := now.Add(DefaultFactClockSkew)
+	for i, c := range []struct {
+		stage  time.Time
+		stored bool
+	}{
+		{oldest, true}, {oldest.Add(-time.Millisecond), false},
+		{newest, true}, {newest.Add(time.Millisecond), false},
+	} {
+		uid := "w" + strconv.Itoa(i)
+		require.NoError(t, s.StoreFacts(ctx, []audit.Fact{{Route: "local", UID: uid, ResourceVersion: "1", Verb: "create", User: audit.Identity{Username: "alice"}, StageTimestamp: c.stage}}))
+		got, err := s.Lookup(ctx, "local", uid, "1", false)
+		require.NoError(t, err)
+		require.Equal(t, c.stored, got != nil, "stage %s, arrival %s", c.stage, now)
+	}
+	s.SetFactWindow(time.Minute, time.Second)
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{{Route: "local", UID: "x", ResourceVersion: "1", Verb: "create", StageTimestamp: now.Add(-2 * time.Minute)}}))
+	got, err := s.Lookup(ctx, "local", "x", "1", false)
+	require.NoError(t, err)
+	require.Nil(t, got)
+}
+
+// Why the timestamp is there at all: the real write's batch fails and is retried, and lands
+// after the batch of a later no-op patch that answered the same resourceVersion. Delivered as
+// late as the apiserver's default schedule allows, the real write keeps the credit.
+func TestStoreRetriedBatchKeepsTheRealWritesCredit(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := arrivingAt(NewStore(rdb, keyspace.MustParse("test:ks:"), time.Minute), t0.Add(2*time.Second))
+	write := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "update", User: audit.Identity{Username: "alice"}, AuditID: "a1", StageTimestamp: t0}
+	noop := audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "patch", User: audit.Identity{Username: "bob"}, AuditID: "a2", StageTimestamp: t0.Add(time.Second)}
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{noop}))
+	arrivingAt(s, t0.Add(DefaultFactMaxDelay))
+	require.NoError(t, s.StoreFacts(ctx, []audit.Fact{write}))
+	got, err := s.Lookup(ctx, "local", "u1", "10", false)
+	require.NoError(t, err)
+	require.Equal(t, "alice", got.User.Username)
 }
