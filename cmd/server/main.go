@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/kubescribe/kubescribe/internal/app"
+	"github.com/kubescribe/kubescribe/internal/audit"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -72,12 +73,17 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate of the audit endpoint (required)")
 	fs.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of the audit endpoint (required)")
 	fs.StringVar(&opts.AuditClientCAFile, "audit-client-ca-file", "", "PEM CA bundle verifying apiserver client certificates")
-	fs.StringVar(&opts.AuditTokenFile, "audit-token-file", "", "file of accepted bearer tokens, one per line")
+	fs.StringVar(&opts.AuditTokenFile, "audit-token-file", "", "file of accepted bearer tokens, one `<token> [<route>,...]` per line; a token without routes may post to --cluster-name only")
+	var auditCertRoutes, admissionCertRoutes stringList
+	fs.Var(&auditCertRoutes, "audit-client-cert-routes", "bind a verified audit client certificate to routes: <common name>=<route>[,<route>...]; repeat it. A verified certificate not listed may post to --cluster-name only")
 	fs.Int64Var(&opts.AuditMaxBodyBytes, "audit-max-body-bytes", opts.AuditMaxBodyBytes, "largest audit batch accepted; larger ones are answered 413")
 	fs.StringVar(&opts.AdmissionListenAddress, "admission-listen-address", opts.AdmissionListenAddress, "address of the TLS admission webhooks (POST /validate/commitrequests and /validate/attribution/{route}); empty disables them")
 	fs.StringVar(&opts.AdmissionTLSCertFile, "admission-tls-cert-file", "", "PEM serving certificate of the admission webhook, reloaded when it changes; empty uses --tls-cert-file")
 	fs.StringVar(&opts.AdmissionTLSKeyFile, "admission-tls-private-key-file", "", "PEM private key of the admission webhook; empty uses --tls-private-key-file")
-	fs.StringVar(&opts.AdmissionClientCAFile, "admission-client-ca-file", "", "PEM CA bundle; when set, the admission webhook requires an apiserver client certificate it verifies")
+	fs.StringVar(&opts.AdmissionClientCAFile, "admission-client-ca-file", "", "PEM CA bundle verifying the client certificate the apiserver presents to the admission webhooks (its AdmissionConfiguration); required with the admission listener unless --admission-token-file is set")
+	fs.Var(&admissionCertRoutes, "admission-client-cert-routes", "bind a verified admission client certificate to routes: <common name>=<route>[,<route>...]; repeat it. A verified certificate not listed is bound to --cluster-name only")
+	fs.StringVar(&opts.AdmissionTokenFile, "admission-token-file", "", "file of tokens the admission webhooks accept in their URL path (/validate/.../<token>) or as a bearer token, one `<token> [<route>,...]` per line: for managed clusters whose apiserver presents no client certificate")
+	fs.BoolVar(&opts.AdmissionInsecureAllowUnauthenticated, "admission-insecure-allow-unauthenticated", false, "UNSAFE: serve the admission webhooks to callers without any credential, as if they were the local cluster's apiserver; anyone who reaches the port can then record CommitRequest verdicts and attribution candidates")
 	fs.Int64Var(&opts.AdmissionMaxBodyBytes, "admission-max-body-bytes", opts.AdmissionMaxBodyBytes, "largest AdmissionReview accepted; larger ones are answered 413")
 	fs.DurationVar(&opts.VerdictTTL, "verdict-ttl", opts.VerdictTTL, "how long admission verdicts of CommitRequests are kept in Redis (longer than the 10m maximum close delay)")
 	fs.DurationVar(&opts.CommitRequestTTL, "commit-request-ttl", opts.CommitRequestTTL, "how long a finished CommitRequest is kept before kubescribe deletes it; 0 keeps them")
@@ -108,6 +114,13 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	if fs.NArg() > 0 {
 		return opts, nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	var err error
+	if opts.AuditClientCertRoutes, err = audit.ParseCertRoutes("--audit-client-cert-routes", auditCertRoutes); err != nil {
+		return opts, nil, err
+	}
+	if opts.AdmissionClientCertRoutes, err = audit.ParseCertRoutes("--admission-client-cert-routes", admissionCertRoutes); err != nil {
+		return opts, nil, err
+	}
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -135,3 +148,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	}
 	return opts, logger, nil
 }
+
+// stringList collects a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }

@@ -49,3 +49,17 @@ func TestParseAdmissionFlags(t *testing.T) {
 	require.Equal(t, time.Hour, opts.VerdictTTL)
 	require.Zero(t, opts.CommitRequestTTL)
 }
+
+func TestParseCredentialRouteFlags(t *testing.T) {
+	opts, _, err := parseFlags([]string{"--redis-addr=r:6379",
+		"--audit-client-cert-routes=kube-apiserver-a=tenant-a", "--audit-client-cert-routes=kube-apiserver-b=tenant-b,tenant-c",
+		"--admission-client-cert-routes=webhook-a=tenant-a", "--admission-token-file=tokens", "--admission-insecure-allow-unauthenticated"})
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"kube-apiserver-a": {"tenant-a"}, "kube-apiserver-b": {"tenant-b", "tenant-c"}}, opts.AuditClientCertRoutes)
+	require.Equal(t, map[string][]string{"webhook-a": {"tenant-a"}}, opts.AdmissionClientCertRoutes)
+	require.Equal(t, "tokens", opts.AdmissionTokenFile)
+	require.True(t, opts.AdmissionInsecureAllowUnauthenticated)
+
+	_, _, err = parseFlags([]string{"--redis-addr=r:6379", "--audit-client-cert-routes=no-route"})
+	require.ErrorContains(t, err, "--audit-client-cert-routes")
+}

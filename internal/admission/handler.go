@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -23,12 +24,25 @@ const PathPrefix = "/validate/attribution/"
 
 // Defaults of HandlerOptions.
 const (
-	// DefaultMaxBodyBytes: a review carries the object and, for an update, the old object; an
-	// object is at most about 1.5 MiB (etcd's default request limit).
-	DefaultMaxBodyBytes int64 = 4 << 20
-	// DefaultQueueSize is how many reviews may wait to be recorded; past it they are dropped
-	// (and counted), never waited for.
+	// DefaultMaxBodyBytes: the apiserver accepts a request body of up to 3 MiB, and an UPDATE
+	// review carries the new object and the old one (stored objects are at most 1.5 MiB, etcd's
+	// default request limit), JSON-encoded, with the request's userInfo: 8 MiB leaves room for
+	// every review of an object the apiserver accepts.
+	DefaultMaxBodyBytes int64 = 8 << 20
+	// DefaultInFlightBytes is how many bytes of review bodies are read and decoded at once,
+	// over all requests (four reviews of the largest size, or thousands of ordinary ones).
+	// Decoding costs a few times a body's size in heap; docs/managed-clusters.md says how
+	// much.
+	DefaultInFlightBytes int64 = 32 << 20
+	// DefaultBodyWait is how long a review waits for its share of the in-flight budget before
+	// it is refused with 429 and Retry-After (the apiserver's client retries it).
+	DefaultBodyWait = 250 * time.Millisecond
+	// DefaultQueueSize is how many candidates may wait to be recorded; past it they are
+	// dropped (and counted), never waited for.
 	DefaultQueueSize = 4096
+	// DefaultQueueBytes bounds the queued candidates by their size (user, identifiers and
+	// digest; the objects are never queued).
+	DefaultQueueBytes int64 = 8 << 20
 	// DefaultBatchSize is the most candidates written to Redis in one round trip.
 	DefaultBatchSize = 256
 	// DefaultStoreTimeout bounds one batch write.
@@ -52,11 +66,18 @@ type HandlerOptions struct {
 	Render Render
 	// MaxBodyBytes limits a review; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// QueueSize, BatchSize and StoreTimeout: 0 means the defaults.
+	// InFlightBytes bounds the bodies being read and decoded at once (at least MaxBodyBytes);
+	// BodyWait is how long a review may wait for its share. 0 means the defaults.
+	InFlightBytes int64
+	BodyWait      time.Duration
+	// QueueSize and QueueBytes bound the candidates waiting to be recorded, by count and by
+	// size; BatchSize and StoreTimeout shape the writes to Redis. 0 means the defaults.
 	QueueSize, BatchSize int
+	QueueBytes           int64
 	StoreTimeout         time.Duration
-	// RequireClientCert refuses (401) a request without a verified TLS client certificate.
-	RequireClientCert bool
+	// Auth authenticates every request (401) before its body is read, and refuses (403) a
+	// credential not bound to the request's route. Nil refuses every request.
+	Auth *reviewhttp.Auth
 	// ValidRoute reports whether a route names a cluster; nil accepts any DNS label.
 	ValidRoute func(string) bool
 	Logger     *slog.Logger // nil discards
@@ -69,15 +90,19 @@ const (
 	resultDryRun          = "dry_run"          // a dry run: nothing will be written
 	resultIgnored         = "ignored"          // not a write a candidate can describe (CONNECT, another subresource)
 	resultInvalid         = "invalid"          // the object could not be read (no uid, undecodable, no declared form)
-	resultDroppedOverload = "dropped_overload" // the queue was full
+	resultDroppedOverload = "dropped_overload" // the queue was full (by count or by bytes)
 	resultDroppedStore    = "dropped_store"    // Redis did not take the batch
+	resultDroppedBusy     = "dropped_busy"     // refused 429 before its body was read: the in-flight budget was spent
+	resultUserTooLarge    = "user_too_large"   // userInfo past the caps: such a candidate could never credit anyone
 )
 
 // Metrics of the attribution webhook.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	reviews  *prometheus.CounterVec
-	queue    prometheus.Gauge
+	requests   *prometheus.CounterVec
+	reviews    *prometheus.CounterVec
+	queue      prometheus.Gauge
+	queueBytes prometheus.Gauge
+	inFlight   prometheus.Gauge
 }
 
 // NewMetrics registers the webhook's metrics with reg.
@@ -90,33 +115,37 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"code"}),
 		reviews: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_admission_candidates_total",
-			Help: "Admission reviews of watched writes by outcome: recorded, dry_run, ignored, invalid, dropped_overload (queue full), dropped_store (Redis failed).",
+			Help: "Admission reviews of watched writes by outcome: recorded, dry_run, ignored, invalid, user_too_large (userInfo past the caps), dropped_busy (429: the in-flight body budget was spent), dropped_overload (queue full), dropped_store (Redis failed).",
 		}, []string{"result"}),
 		queue: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kubescribe_admission_candidate_queue_depth",
-			Help: "Admission reviews waiting to be recorded as candidates.",
+			Help: "Admission candidates waiting to be recorded.",
+		}),
+		queueBytes: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_admission_candidate_queue_bytes",
+			Help: "Size of the admission candidates waiting to be recorded (bounded by --admission-attribution-queue-bytes).",
+		}),
+		inFlight: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kubescribe_admission_inflight_body_bytes",
+			Help: "Bytes of attribution review bodies being read and decoded now (bounded by --admission-attribution-inflight-bytes).",
 		}),
 	}
-	for _, r := range []string{resultRecorded, resultDryRun, resultIgnored, resultInvalid, resultDroppedOverload, resultDroppedStore} {
+	for _, r := range []string{resultRecorded, resultDryRun, resultIgnored, resultInvalid, resultUserTooLarge, resultDroppedBusy, resultDroppedOverload, resultDroppedStore} {
 		m.reviews.WithLabelValues(r)
 	}
 	return m
 }
 
-// pending is one review waiting to become a candidate: the candidate without what needs the
-// object decoded, and the raw objects.
-type pending struct {
-	c              Candidate
-	object, oldObj []byte
-}
-
 // Handler serves the attribution webhook. It answers every review it can read with
-// allowed: true at once; Run records the candidates in the background.
+// allowed: true, once it has turned it into a candidate (the objects decoded, the digest
+// computed: nothing of the objects is kept); Run records the candidates in the background.
 type Handler struct {
-	opts  HandlerOptions
-	log   *slog.Logger
-	queue chan pending
-	mux   http.Handler
+	opts   HandlerOptions
+	log    *slog.Logger
+	queue  chan Candidate
+	queued atomic.Int64 // bytes of the queued candidates (candidateSize)
+	budget *byteBudget
+	mux    http.Handler
 }
 
 // NewHandler returns the webhook. Run must run for candidates to be recorded.
@@ -124,14 +153,27 @@ func NewHandler(opts HandlerOptions) (*Handler, error) {
 	if opts.Store == nil || opts.Render == nil {
 		return nil, errors.New("admission: HandlerOptions.Store and Render are required")
 	}
-	if opts.MaxBodyBytes < 0 || opts.QueueSize < 0 || opts.BatchSize < 0 || opts.StoreTimeout < 0 {
+	if opts.MaxBodyBytes < 0 || opts.InFlightBytes < 0 || opts.BodyWait < 0 || opts.QueueSize < 0 || opts.QueueBytes < 0 ||
+		opts.BatchSize < 0 || opts.StoreTimeout < 0 {
 		return nil, errors.New("admission: HandlerOptions limits must not be negative")
 	}
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.InFlightBytes == 0 {
+		opts.InFlightBytes = max(DefaultInFlightBytes, opts.MaxBodyBytes)
+	}
+	if opts.InFlightBytes < opts.MaxBodyBytes {
+		return nil, fmt.Errorf("admission: the in-flight budget (%d bytes) must hold one review of the largest size (%d bytes)", opts.InFlightBytes, opts.MaxBodyBytes)
+	}
+	if opts.BodyWait == 0 {
+		opts.BodyWait = DefaultBodyWait
+	}
 	if opts.QueueSize == 0 {
 		opts.QueueSize = DefaultQueueSize
+	}
+	if opts.QueueBytes == 0 {
+		opts.QueueBytes = DefaultQueueBytes
 	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
@@ -148,10 +190,13 @@ func NewHandler(opts HandlerOptions) (*Handler, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	h := &Handler{opts: opts, log: opts.Logger.With("component", "admission"), queue: make(chan pending, opts.QueueSize)}
+	h := &Handler{opts: opts, log: opts.Logger.With("component", "admission"), queue: make(chan Candidate, opts.QueueSize),
+		budget: newByteBudget(opts.InFlightBytes)}
 	r := chi.NewRouter()
 	r.Use(h.instrument)
 	r.Post(PathPrefix+"{route}", h.serve)
+	// A token in the last path segment authenticates the apiserver of a managed cluster.
+	r.Post(PathPrefix+"{route}/{token}", h.serve)
 	h.mux = r
 	return h, nil
 }
@@ -163,7 +208,9 @@ func (h *Handler) instrument(next http.Handler) http.Handler {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
-	if !reviewhttp.Authenticated(w, r, h.log, h.opts.RequireClientCert) {
+	// Who is calling, and may it speak for this route: before the body is read.
+	caller, ok := h.opts.Auth.Authenticate(w, r, h.log, "attribution", chi.URLParam(r, "token"))
+	if !ok {
 		return
 	}
 	route := chi.URLParam(r, "route")
@@ -171,6 +218,46 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("route %q is not a cluster name (a DNS label)", route), http.StatusNotFound)
 		return
 	}
+	if !h.opts.Auth.Permit(w, r, h.log, "attribution", caller, route) {
+		return
+	}
+	h.review(w, r, route)
+}
+
+// review reads, decodes and answers an authenticated request for route, within its share of
+// the in-flight budget.
+func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
+	// The share is the announced length; a body of unknown length may be as large as the
+	// limit; an announced length over the limit is refused by reviewhttp.Body unread.
+	share := h.opts.MaxBodyBytes
+	switch {
+	case r.ContentLength > h.opts.MaxBodyBytes:
+		share = 0
+	case r.ContentLength >= 0:
+		share = r.ContentLength
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.BodyWait)
+	ok := h.budget.acquire(ctx, share)
+	cancel()
+	if !ok {
+		h.opts.Metrics.reviews.WithLabelValues(resultDroppedBusy).Inc()
+		h.log.Debug("attribution review refused: the in-flight body budget is spent", "route", route, "contentLength", r.ContentLength,
+			"budget", h.opts.InFlightBytes)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("too many review bytes in flight (budget %d bytes); retry", h.opts.InFlightBytes), http.StatusTooManyRequests)
+		return
+	}
+	h.opts.Metrics.inFlight.Add(float64(share))
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			h.budget.release(share)
+			h.opts.Metrics.inFlight.Sub(float64(share))
+		}
+	}
+	defer release()
+
 	body, ok := reviewhttp.Body(w, r, h.opts.MaxBodyBytes)
 	if !ok {
 		return
@@ -181,65 +268,59 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	uid := req.UID
 	h.take(route, req)
-	reviewhttp.Respond(w, &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true})
+	release() // nothing of the body or the objects is used from here on
+	reviewhttp.Respond(w, &admissionv1.AdmissionResponse{UID: uid, Allowed: true})
 }
 
-// take queues what req claims, without waiting: a full queue drops it and counts the loss.
+// take turns what req claims into a candidate and queues it, without waiting: a full queue
+// (by count or by bytes) drops it and counts the loss.
 func (h *Handler) take(route string, req *admissionv1.AdmissionRequest) {
-	if req.DryRun != nil && *req.DryRun {
-		h.opts.Metrics.reviews.WithLabelValues(resultDryRun).Inc()
-		return
-	}
-	op := string(req.Operation)
-	switch {
-	case op != OpCreate && op != OpUpdate && op != OpDelete,
-		req.SubResource != "" && req.SubResource != "scale",
-		req.SubResource == "scale" && op != OpUpdate:
-		h.opts.Metrics.reviews.WithLabelValues(resultIgnored).Inc()
-		return
-	}
-	p := pending{
-		c: Candidate{
-			Route: route, Group: req.Resource.Group, Resource: req.Resource.Resource, Subresource: req.SubResource,
-			Namespace: req.Namespace, Name: req.Name, Operation: op,
-			User:       audit.Identity{Username: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups},
-			RequestUID: string(req.UID), Received: time.Now(),
-		},
-		object: req.Object.Raw, oldObj: req.OldObject.Raw,
-	}
-	if len(req.UserInfo.Extra) > 0 {
-		p.c.User.Extra = make(map[string][]string, len(req.UserInfo.Extra))
-		for k, v := range req.UserInfo.Extra {
-			p.c.User.Extra[k] = v
+	c, result, err := completeCandidate(route, req, h.opts.Render)
+	if result != "" {
+		h.opts.Metrics.reviews.WithLabelValues(result).Inc()
+		if err != nil {
+			h.log.Warn("admission review describes no write kubescribe can confirm", "route", route, "operation", req.Operation,
+				"resource", req.Resource.Resource, "subresource", req.SubResource, "namespace", req.Namespace, "name", req.Name,
+				"request", req.UID, "result", result, "err", err)
 		}
+		return
+	}
+	size := candidateSize(&c)
+	if h.queued.Add(size) > h.opts.QueueBytes {
+		h.queued.Add(-size)
+		h.opts.Metrics.reviews.WithLabelValues(resultDroppedOverload).Inc()
+		return
 	}
 	select {
-	case h.queue <- p:
+	case h.queue <- c:
 		h.opts.Metrics.queue.Inc()
+		h.opts.Metrics.queueBytes.Add(float64(size))
 	default:
+		h.queued.Add(-size)
 		h.opts.Metrics.reviews.WithLabelValues(resultDroppedOverload).Inc()
 	}
 }
 
-// Run records queued reviews as candidates, in batches, until ctx ends; it then records what
-// is still queued, within one store timeout.
+// Run records queued candidates, in batches, until ctx ends; it then records what is still
+// queued, within one store timeout.
 func (h *Handler) Run(ctx context.Context) {
 	batch := make([]Candidate, 0, h.opts.BatchSize)
 	for {
-		var first pending
+		var first Candidate
 		select {
 		case first = <-h.queue:
 		case <-ctx.Done():
 			h.drain(batch)
 			return
 		}
-		batch = h.appendCandidate(batch[:0], first)
+		batch = h.dequeued(batch[:0], first)
 	fill:
 		for len(batch) < h.opts.BatchSize {
 			select {
-			case p := <-h.queue:
-				batch = h.appendCandidate(batch, p)
+			case c := <-h.queue:
+				batch = h.dequeued(batch, c)
 			default:
 				break fill
 			}
@@ -253,13 +334,22 @@ func (h *Handler) drain(batch []Candidate) {
 	batch = batch[:0]
 	for {
 		select {
-		case p := <-h.queue:
-			batch = h.appendCandidate(batch, p)
+		case c := <-h.queue:
+			batch = h.dequeued(batch, c)
 		default:
 			h.store(context.Background(), batch)
 			return
 		}
 	}
+}
+
+// dequeued appends c, taken off the queue, to batch.
+func (h *Handler) dequeued(batch []Candidate, c Candidate) []Candidate {
+	size := candidateSize(&c)
+	h.queued.Add(-size)
+	h.opts.Metrics.queue.Dec()
+	h.opts.Metrics.queueBytes.Sub(float64(size))
+	return append(batch, c)
 }
 
 func (h *Handler) store(ctx context.Context, batch []Candidate) {
@@ -274,83 +364,4 @@ func (h *Handler) store(ctx context.Context, batch []Candidate) {
 		return
 	}
 	h.opts.Metrics.reviews.WithLabelValues(resultRecorded).Add(float64(len(batch)))
-}
-
-// appendCandidate completes p's candidate from its objects and appends it, or counts it
-// invalid.
-func (h *Handler) appendCandidate(batch []Candidate, p pending) []Candidate {
-	h.opts.Metrics.queue.Dec()
-	c, err := h.complete(p)
-	if err != nil {
-		h.log.Warn("admission review describes no write kubescribe can confirm", "route", p.c.Route, "operation", p.c.Operation,
-			"resource", p.c.Resource, "subresource", p.c.Subresource, "namespace", p.c.Namespace, "name", p.c.Name, "err", err)
-		h.opts.Metrics.reviews.WithLabelValues(resultInvalid).Inc()
-		return batch
-	}
-	return append(batch, c)
-}
-
-// complete fills in the object's uid, name, base resourceVersion and digest.
-func (h *Handler) complete(p pending) (Candidate, error) {
-	c := p.c
-	if c.Operation != OpCreate {
-		old, err := decodeObject(p.oldObj, "oldObject")
-		if err != nil {
-			return c, err
-		}
-		c.UID, c.BaseResourceVersion = string(old.GetUID()), old.GetResourceVersion()
-		if c.BaseResourceVersion == "" {
-			return c, errors.New("oldObject has no metadata.resourceVersion")
-		}
-		if c.Name == "" {
-			c.Name = old.GetName()
-		}
-	}
-	if c.Operation == OpDelete {
-		if c.UID == "" {
-			return c, errors.New("oldObject has no metadata.uid")
-		}
-		return c, nil
-	}
-	obj, err := decodeObject(p.object, "object")
-	if err != nil {
-		return c, err
-	}
-	if uid := string(obj.GetUID()); uid != "" {
-		c.UID = uid
-	}
-	if c.UID == "" {
-		return c, errors.New("object has no metadata.uid")
-	}
-	if c.Name == "" {
-		c.Name = obj.GetName() // a generateName create: the name is generated before admission
-	}
-	if c.Subresource == "scale" {
-		r, found, err := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-		if err != nil {
-			return c, fmt.Errorf("Scale object: spec.replicas: %v", err)
-		}
-		if !found {
-			r = 0 // omitempty: a Scale to zero carries no replicas
-		}
-		c.Replicas = &r
-		return c, nil
-	}
-	manifest, err := h.opts.Render(obj)
-	if err != nil {
-		return c, fmt.Errorf("declared form: %w", err)
-	}
-	c.Digest = Digest(manifest)
-	return c, nil
-}
-
-func decodeObject(raw []byte, field string) (*unstructured.Unstructured, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, fmt.Errorf("the review carries no %s", field)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(raw); err != nil {
-		return nil, fmt.Errorf("%s is not a Kubernetes object: %v", field, err)
-	}
-	return u, nil
 }

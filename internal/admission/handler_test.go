@@ -80,7 +80,7 @@ type fixture struct {
 func newFixture(t *testing.T, mutate func(*HandlerOptions), run bool) *fixture {
 	t.Helper()
 	f := &fixture{store: newFakeStore(), metrics: NewMetrics(prometheus.NewRegistry())}
-	opts := HandlerOptions{Store: f.store, Render: declared.Manifest, Metrics: f.metrics}
+	opts := HandlerOptions{Store: f.store, Render: declared.Manifest, Metrics: f.metrics, Auth: anonymousLocal}
 	if mutate != nil {
 		mutate(&opts)
 	}
@@ -209,12 +209,6 @@ func TestBadRequestsGetClearErrors(t *testing.T) {
 	require.Empty(t, f.store.candidates())
 }
 
-func TestClientCertificateRequiredWhenConfigured(t *testing.T) {
-	f := newFixture(t, func(o *HandlerOptions) { o.RequireClientCert = true }, true)
-	code, body := f.post(t, "local", review("CREATE", "", fmt.Sprintf(configMap, "", "v1"), "", false))
-	require.Equal(t, http.StatusUnauthorized, code, body)
-}
-
 // Redis failing or the queue full: the write is still allowed, and the loss is counted.
 func TestOverloadAndStoreFailureStillAllow(t *testing.T) {
 	t.Run("store fails", func(t *testing.T) {
@@ -244,7 +238,7 @@ func TestOverloadAndStoreFailureStillAllow(t *testing.T) {
 // that takes every batch at once: requests/s and the p99 of one request, as metrics.
 func BenchmarkHandler(b *testing.B) {
 	store := &nopStore{}
-	h, err := NewHandler(HandlerOptions{Store: store, Render: declared.Manifest, QueueSize: 1 << 16})
+	h, err := NewHandler(HandlerOptions{Store: store, Render: declared.Manifest, QueueSize: 1 << 16, Auth: anonymousLocal})
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -33,6 +33,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/declared"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -226,41 +227,74 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 		return fmt.Errorf("admission serving certificate: %w", err)
 	}
 	cfg := &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
+	auth, err := a.admissionAuth()
+	if err != nil {
+		return err
+	}
 	if a.opts.AdmissionClientCAFile != "" {
 		pool, err := loadClientCA("admission", a.opts.AdmissionClientCAFile)
 		if err != nil {
 			return err
 		}
+		// A certificate, when given, must verify; a managed cluster's apiserver presents none
+		// and authenticates with the token in its webhook's URL path.
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
 	}
 	h, err := authz.NewHandler(authz.HandlerOptions{
-		Reviewer:          kube.AuthorizationV1().SubjectAccessReviews(),
-		Verdicts:          verdicts,
-		MaxBodyBytes:      a.opts.AdmissionMaxBodyBytes,
-		RequireClientCert: a.opts.AdmissionClientCAFile != "",
-		Logger:            a.log,
-		Metrics:           authz.NewMetrics(a.opts.Registry),
+		Reviewer:     kube.AuthorizationV1().SubjectAccessReviews(),
+		Verdicts:     verdicts,
+		MaxBodyBytes: a.opts.AdmissionMaxBodyBytes,
+		Auth:         auth,
+		Route:        a.opts.ClusterName,
+		Logger:       a.log,
+		Metrics:      authz.NewMetrics(a.opts.Registry),
 	})
 	if err != nil {
 		return err
 	}
 	a.candidates, err = admission.NewHandler(admission.HandlerOptions{
-		Store:             a.store,
-		Render:            declared.Manifest,
-		RequireClientCert: a.opts.AdmissionClientCAFile != "",
-		Logger:            a.log,
-		Metrics:           admission.NewMetrics(a.opts.Registry),
+		Store:   a.store,
+		Render:  declared.Manifest,
+		Auth:    auth,
+		Logger:  a.log,
+		Metrics: admission.NewMetrics(a.opts.Registry),
 	})
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(authz.Path, h)
+	mux.Handle(authz.Path+"/", h) // with a path token
 	mux.Handle(admission.PathPrefix, a.candidates)
 	a.admissionSrv = newServer(mux, a.log)
 	a.admissionSrv.TLSConfig = cfg
 	a.admissionLn, err = a.listen("admission", a.opts.AdmissionListenAddress)
 	return err
+}
+
+// admissionAuth binds the admission listener's credentials to routes: verified client
+// certificates by common name, and the tokens of --admission-token-file.
+func (a *App) admissionAuth() (*reviewhttp.Auth, error) {
+	auth := &reviewhttp.Auth{
+		Callers:              audit.Authenticator{LocalRoute: a.opts.ClusterName, CertRoutes: a.opts.AdmissionClientCertRoutes},
+		AllowUnauthenticated: a.opts.AdmissionInsecureAllowUnauthenticated,
+		Metrics:              reviewhttp.NewAuthMetrics(a.opts.Registry),
+	}
+	if f := a.opts.AdmissionTokenFile; f != "" {
+		var err error
+		if auth.Callers.Tokens, err = audit.LoadTokenFile("admission token file", f, a.opts.ClusterName); err != nil {
+			return nil, err
+		}
+		if err := reviewhttp.ValidatePathTokens(f, auth.Callers.Tokens); err != nil {
+			return nil, err
+		}
+	}
+	if auth.AllowUnauthenticated {
+		a.log.Warn("UNSAFE: the admission webhooks accept callers without credentials (--admission-insecure-allow-unauthenticated): "+
+			"anyone who reaches the admission port can record CommitRequest verdicts and attribution candidates for route "+a.opts.ClusterName,
+			"component", "authz")
+	}
+	return auth, nil
 }
 
 // listen binds a listener and registers its close; once a server serves it, the server's
@@ -303,7 +337,8 @@ func newServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// auditSecurity loads the serving certificate, the client CA and the bearer tokens.
+// auditSecurity loads the serving certificate, the client CA and the bearer tokens, and binds
+// each credential to its routes.
 func (a *App) auditSecurity() (*tls.Config, audit.Authenticator, error) {
 	var authn audit.Authenticator
 	cert, err := tls.LoadX509KeyPair(a.opts.TLSCertFile, a.opts.TLSKeyFile)
@@ -320,8 +355,9 @@ func (a *App) auditSecurity() (*tls.Config, audit.Authenticator, error) {
 		// A certificate, when given, must verify; a request without one may still carry a token.
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}
+	authn.LocalRoute, authn.CertRoutes = a.opts.ClusterName, a.opts.AuditClientCertRoutes
 	if a.opts.AuditTokenFile != "" {
-		if authn.Tokens, err = audit.LoadTokenFile(a.opts.AuditTokenFile); err != nil {
+		if authn.Tokens, err = audit.LoadTokenFile("audit token file", a.opts.AuditTokenFile, a.opts.ClusterName); err != nil {
 			return nil, authn, err
 		}
 	}
@@ -481,6 +517,15 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 	cc, err := admission.ClientConfig(o.AttributionWebhookURL, o.AttributionWebhookService, ca, o.ClusterName)
 	if err != nil {
 		return nil, fmt.Errorf("attribution webhook: %w", err)
+	}
+	if o.AdmissionTokenFile != "" {
+		// The apiserver authenticates with the first token bound to this cluster, in the
+		// webhook's URL path (a managed cluster presents no client certificate).
+		tokens, err := audit.LoadTokenFile("admission token file", o.AdmissionTokenFile, o.ClusterName)
+		if err != nil {
+			return nil, err
+		}
+		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
 	}
 	return &controller.AttributionWebhookOptions{ClientConfig: cc, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
 }

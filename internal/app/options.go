@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,12 @@ type Options struct {
 	TLSCertFile, TLSKeyFile string
 	// AuditClientCAFile verifies client certificates of apiservers (optional).
 	AuditClientCAFile string
-	// AuditTokenFile holds accepted bearer tokens, one per line (optional). At least one of
+	// AuditClientCertRoutes binds verified audit client certificates, by Subject common name,
+	// to the routes they may post to; a verified certificate not listed may post to
+	// ClusterName only.
+	AuditClientCertRoutes map[string][]string
+	// AuditTokenFile holds accepted bearer tokens, one `<token> [<route>,...]` per line
+	// (optional; a token without routes is bound to ClusterName). At least one of
 	// AuditClientCAFile and AuditTokenFile is required.
 	AuditTokenFile string
 	// AuditMaxBodyBytes limits one audit batch.
@@ -70,9 +76,22 @@ type Options struct {
 	// AdmissionTLSCertFile and AdmissionTLSKeyFile are the admission listener's serving
 	// certificate (PEM), reloaded when the files change; empty uses TLSCertFile/TLSKeyFile.
 	AdmissionTLSCertFile, AdmissionTLSKeyFile string
-	// AdmissionClientCAFile, when set, makes the admission endpoint require a client
-	// certificate it verifies (the apiserver's, configured in its AdmissionConfiguration).
+	// AdmissionClientCAFile verifies the client certificate the apiserver presents to the
+	// admission webhooks (configured in its AdmissionConfiguration). With the admission
+	// listener, it or AdmissionTokenFile is required, unless
+	// AdmissionInsecureAllowUnauthenticated.
 	AdmissionClientCAFile string
+	// AdmissionClientCertRoutes binds verified admission client certificates, by Subject
+	// common name, to routes; a verified certificate not listed is bound to ClusterName only.
+	AdmissionClientCertRoutes map[string][]string
+	// AdmissionTokenFile holds the tokens the admission webhooks accept in their URL path or as
+	// a bearer token, one `<token> [<route>,...]` per line: for managed clusters, whose
+	// apiserver presents no client certificate. Tokens may hold only URL-safe characters.
+	AdmissionTokenFile string
+	// AdmissionInsecureAllowUnauthenticated serves callers without any credential as if they
+	// were the local cluster's apiserver. Unsafe: anyone who reaches the port can record
+	// verdicts and candidates.
+	AdmissionInsecureAllowUnauthenticated bool
 	// AdmissionMaxBodyBytes limits one AdmissionReview.
 	AdmissionMaxBodyBytes int64
 	// VerdictTTL is how long admission verdicts are kept in Redis; it must outlive the longest
@@ -176,6 +195,11 @@ func (o *Options) Validate() error {
 	if o.AuditClientCAFile == "" && o.AuditTokenFile == "" {
 		bad("AuditClientCAFile/AuditTokenFile", "at least one is required, or no apiserver could authenticate")
 	}
+	for cn, routes := range o.AuditClientCertRoutes {
+		if len(routes) == 0 || slices.ContainsFunc(routes, func(r string) bool { return !audit.ValidRoute(r) }) {
+			bad("AuditClientCertRoutes", "%q: want one or more routes, each a DNS label, got %q", cn, routes)
+		}
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -198,6 +222,15 @@ func (o *Options) Validate() error {
 	}
 	if o.CommitRequestTTL < 0 {
 		bad("CommitRequestTTL", "must not be negative, got %s", o.CommitRequestTTL)
+	}
+	if o.AdmissionListenAddress != "" && o.AdmissionClientCAFile == "" && o.AdmissionTokenFile == "" && !o.AdmissionInsecureAllowUnauthenticated {
+		bad("AdmissionClientCAFile/AdmissionTokenFile", "one is required with the admission listener, or anyone who reaches it could record "+
+			"CommitRequest verdicts and attribution candidates (--admission-insecure-allow-unauthenticated opts out, unsafely)")
+	}
+	for cn, routes := range o.AdmissionClientCertRoutes {
+		if len(routes) == 0 || slices.ContainsFunc(routes, func(r string) bool { return !audit.ValidRoute(r) }) {
+			bad("AdmissionClientCertRoutes", "%q: want one or more routes, each a DNS label, got %q", cn, routes)
+		}
 	}
 	if (o.AdmissionTLSCertFile == "") != (o.AdmissionTLSKeyFile == "") {
 		bad("AdmissionTLSCertFile/AdmissionTLSKeyFile", "must be set together")

@@ -19,6 +19,7 @@ func validOptions() Options {
 	o.RedisAddr = "127.0.0.1:6379"
 	o.TLSCertFile, o.TLSKeyFile = "tls.crt", "tls.key"
 	o.AuditTokenFile = "tokens"
+	o.AdmissionClientCAFile = "admission-ca.crt"
 	return o
 }
 
@@ -42,7 +43,19 @@ func TestValidate(t *testing.T) {
 		{name: "ttl shorter than grace", mutate: func(o *Options) { o.FactTTL = o.AttributionGrace / 2 }, wantErr: "must be longer than AttributionGrace"},
 		{name: "zero body limit", mutate: func(o *Options) { o.AuditMaxBodyBytes = 0 }, wantErr: "AuditMaxBodyBytes"},
 		{name: "no workers", mutate: func(o *Options) { o.ControllerWorkers = 0 }, wantErr: "ControllerWorkers"},
-		{name: "admission disabled", mutate: func(o *Options) { o.AdmissionListenAddress = "" }},
+		{name: "admission disabled", mutate: func(o *Options) { o.AdmissionListenAddress, o.AdmissionClientCAFile = "", "" }},
+		{name: "admission without authentication", mutate: func(o *Options) { o.AdmissionClientCAFile = "" },
+			wantErr: "AdmissionClientCAFile/AdmissionTokenFile one is required with the admission listener"},
+		{name: "admission token instead of client CA", mutate: func(o *Options) { o.AdmissionClientCAFile, o.AdmissionTokenFile = "", "tokens" }},
+		{name: "admission unauthenticated, opted out", mutate: func(o *Options) {
+			o.AdmissionClientCAFile, o.AdmissionInsecureAllowUnauthenticated = "", true
+		}},
+		{name: "audit certificate bound to an invalid route", mutate: func(o *Options) {
+			o.AuditClientCertRoutes = map[string][]string{"tenant": {"Tenant_A"}}
+		}, wantErr: `AuditClientCertRoutes "tenant": want one or more routes`},
+		{name: "admission certificate bound to no route", mutate: func(o *Options) {
+			o.AdmissionClientCertRoutes = map[string][]string{"tenant": nil}
+		}, wantErr: `AdmissionClientCertRoutes "tenant": want one or more routes`},
 		{name: "verdict ttl shorter than close delay", mutate: func(o *Options) { o.VerdictTTL = time.Minute }, wantErr: "VerdictTTL (1m0s) must be longer"},
 		{name: "admission cert without key", mutate: func(o *Options) { o.AdmissionTLSCertFile = "a.crt" }, wantErr: "must be set together"},
 		{name: "admission source", mutate: func(o *Options) { o.AttributionSource = "admission" }},
@@ -113,6 +126,7 @@ func TestNewReleasesWhatStartedOnFailure(t *testing.T) {
 	require.NoError(t, os.WriteFile(o.AuditTokenFile, []byte("secret-token\n"), 0o600))
 	o.RestConfig = &rest.Config{Host: "https://127.0.0.1:1"}
 	o.Logger = slog.New(slog.DiscardHandler)
+	o.AdmissionListenAddress, o.AdmissionClientCAFile = "", ""
 
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,6 +1,9 @@
 package audit
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,66 +14,125 @@ import (
 )
 
 func TestLoadTokenFile(t *testing.T) {
+	type tok struct {
+		value  string
+		routes []string
+		line   int
+	}
 	tests := []struct {
 		name    string
 		content string
-		want    []string
+		want    []tok
 		wantErr string
 	}{
-		{name: "tokens, comments and blank lines", content: "# audit tokens\n\ntok-one\n  tok-two  \r\n# old: tok-zero\n", want: []string{"tok-one", "tok-two"}},
-		{name: "no trailing newline", content: "tok-one", want: []string{"tok-one"}},
+		{name: "tokens, comments and blank lines", content: "# audit tokens\n\ntok-one\n  tok-two  \r\n# old: tok-zero\n",
+			want: []tok{{"tok-one", []string{"here"}, 3}, {"tok-two", []string{"here"}, 4}}},
+		{name: "no trailing newline", content: "tok-one", want: []tok{{"tok-one", []string{"here"}, 1}}},
+		{name: "routes", content: "tok-one tenant-a\ntok-two\ttenant-a,tenant-b,tenant-a\n",
+			want: []tok{{"tok-one", []string{"tenant-a"}, 1}, {"tok-two", []string{"tenant-a", "tenant-b"}, 2}}},
 		{name: "empty", content: "", wantErr: "no token"},
 		{name: "only comments", content: "# nothing\n\n   \n", wantErr: "no token"},
-		{name: "whitespace inside a token", content: "tok-one\nsecret-part other-part\n", wantErr: "line 2: a token may not contain whitespace"},
+		{name: "spaces between routes", content: "tok-one\nsecret-part tenant-a, tenant-b\n", wantErr: "line 2: want `<token>` or `<token> <route>"},
+		{name: "invalid route", content: "secret-part Tenant_A\n", wantErr: `line 1: route "Tenant_A" is not a DNS label`},
+		{name: "empty route", content: "secret-part tenant-a,\n", wantErr: `line 1: route "" is not a DNS label`},
+		{name: "token listed twice", content: "secret-part tenant-a\n\nsecret-part tenant-b\n", wantErr: "line 3: the token of line 1 is listed again"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "tokens")
 			require.NoError(t, os.WriteFile(path, []byte(tt.content), 0o600))
-			got, err := LoadTokenFile(path)
+			got, err := LoadTokenFile("audit token file", path, "here")
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
+				require.ErrorContains(t, err, path)
 				require.NotContains(t, err.Error(), "secret-part", "errors never quote a token")
 				return
 			}
 			require.NoError(t, err)
-			var s []string
-			for _, b := range got {
-				s = append(s, string(b))
+			var g []tok
+			for _, x := range got {
+				g = append(g, tok{string(x.Value), x.Routes, x.Line})
 			}
-			require.Equal(t, tt.want, s)
+			require.Equal(t, tt.want, g)
 		})
 	}
 	t.Run("missing file", func(t *testing.T) {
-		_, err := LoadTokenFile(filepath.Join(t.TempDir(), "absent"))
+		_, err := LoadTokenFile("audit token file", filepath.Join(t.TempDir(), "absent"), "here")
 		require.ErrorContains(t, err, "unable to read audit token file")
 	})
 }
 
+func TestParseCertRoutes(t *testing.T) {
+	m, err := ParseCertRoutes("--audit-client-cert-routes", []string{"kube-apiserver-a=tenant-a", "CN with = and spaces=tenant-b,tenant-c"})
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"kube-apiserver-a": {"tenant-a"}, "CN with = and spaces": {"tenant-b", "tenant-c"}}, m)
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"no-routes"}, "want <common name>=<route>"},
+		{[]string{"=tenant-a"}, "want <common name>=<route>"},
+		{[]string{"cn=Bad_Route"}, `route "Bad_Route" is not a DNS label`},
+		{[]string{"cn=a", "cn=b"}, `common name "cn" is bound twice`},
+	} {
+		_, err := ParseCertRoutes("--audit-client-cert-routes", tc.in)
+		require.ErrorContains(t, err, tc.want, "%q", tc.in)
+		require.ErrorContains(t, err, "--audit-client-cert-routes")
+	}
+}
+
 func TestAuthenticate(t *testing.T) {
-	a := Authenticator{Tokens: [][]byte{[]byte("short"), []byte("a-much-longer-token")}}
+	a := Authenticator{
+		LocalRoute: "local",
+		Tokens: []Token{
+			{Value: []byte("short"), Routes: []string{"local"}, Line: 1},
+			{Value: []byte("a-much-longer-token"), Routes: []string{"tenant-a", "tenant-b"}, Line: 4},
+		},
+		CertRoutes: map[string][]string{"tenant-a-apiserver": {"tenant-a"}},
+	}
+	cert := func(cn string) *tls.ConnectionState {
+		return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: cn}}}}}
+	}
 	tests := []struct {
 		name   string
 		header string
-		want   AuthMethod
+		tls    *tls.ConnectionState
+		want   Caller
 	}{
-		{name: "first token", header: "Bearer short", want: AuthToken},
-		{name: "second token", header: "Bearer a-much-longer-token", want: AuthToken},
-		{name: "surrounding spaces", header: "Bearer   short ", want: AuthToken},
-		{name: "prefix of a token", header: "Bearer a-much", want: AuthNone},
-		{name: "token plus suffix", header: "Bearer shortX", want: AuthNone},
-		{name: "no scheme", header: "short", want: AuthNone},
-		{name: "none", header: "", want: AuthNone},
+		{name: "first token", header: "Bearer short", want: Caller{Method: AuthToken, Name: "line 1", Routes: []string{"local"}}},
+		{name: "second token", header: "Bearer a-much-longer-token", want: Caller{Method: AuthToken, Name: "line 4", Routes: []string{"tenant-a", "tenant-b"}}},
+		{name: "surrounding spaces", header: "Bearer   short ", want: Caller{Method: AuthToken, Name: "line 1", Routes: []string{"local"}}},
+		{name: "prefix of a token", header: "Bearer a-much"},
+		{name: "token plus suffix", header: "Bearer shortX"},
+		{name: "no scheme", header: "short"},
+		{name: "none"},
+		{name: "TLS without a verified certificate", tls: &tls.ConnectionState{}},
+		{name: "mapped certificate", tls: cert("tenant-a-apiserver"), want: Caller{Method: AuthClientCert, Name: "tenant-a-apiserver", Routes: []string{"tenant-a"}}},
+		{name: "unmapped certificate is local only", tls: cert("kube-apiserver"), want: Caller{Method: AuthClientCert, Name: "kube-apiserver", Routes: []string{"local"}}},
+		{name: "a certificate wins over a token", tls: cert("kube-apiserver"), header: "Bearer a-much-longer-token",
+			want: Caller{Method: AuthClientCert, Name: "kube-apiserver", Routes: []string{"local"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodPost, "/audit/x", nil)
+			r.TLS = tt.tls
 			if tt.header != "" {
 				r.Header.Set("Authorization", tt.header)
 			}
 			got, ok := a.Authenticate(r)
 			require.Equal(t, tt.want, got)
-			require.Equal(t, tt.want != AuthNone, ok)
+			require.Equal(t, tt.want.Method != AuthNone, ok)
 		})
 	}
+}
+
+func TestCallerMayPost(t *testing.T) {
+	c := Caller{Method: AuthToken, Routes: []string{"tenant-a"}}
+	require.True(t, c.MayPost("tenant-a"))
+	require.False(t, c.MayPost("local"))
+	require.False(t, c.MayPost(""))
+	require.False(t, Caller{Routes: []string{"local"}}.MayPost("local"), "an unauthenticated caller may post nowhere")
+	var zero Authenticator
+	_, ok := zero.AuthenticateToken([]byte("anything"))
+	require.False(t, ok)
 }

@@ -35,8 +35,8 @@ type HandlerOptions struct {
 	// MaxBodyBytes limits an EventList body; larger bodies are answered 413. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// Authenticator decides who may post. Its zero value accepts verified client certificates
-	// only.
+	// Authenticator decides who may post, and for which routes. Its zero value authenticates
+	// nobody.
 	Authenticator Authenticator
 	// Logger defaults to a logger that discards.
 	Logger *slog.Logger
@@ -64,7 +64,8 @@ type handler struct {
 }
 
 // NewHandler returns the audit webhook endpoint: POST /audit/{route}, where route names the
-// source cluster (see ValidRoute). Every request is authenticated first (401 otherwise).
+// source cluster (see ValidRoute). Every request is authenticated first (401 otherwise), and
+// its credential must be bound to the route (403 otherwise), before its body is read.
 // Answers: 200 once the batch's facts are stored, 400 for a body that is not an
 // audit.k8s.io/v1 EventList, 404 for an unknown path or an invalid route, 405 for a method
 // other than POST, 413 for a body over the limit, 503 when the store fails (the apiserver
@@ -115,25 +116,46 @@ func (h *handler) instrument(next http.Handler) http.Handler {
 	})
 }
 
+type callerKey struct{}
+
 func (h *handler) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := h.authn.Authenticate(r); !ok {
+		caller, ok := h.authn.Authenticate(r)
+		if !ok {
 			// Say whether credentials were presented, never what they were.
 			_, hasToken := bearerToken(r)
 			h.log.Warn("unauthenticated audit request", "remote", r.RemoteAddr, "path", r.URL.Path,
 				"tls", r.TLS != nil, "bearer", hasToken)
+			h.metrics.refused.WithLabelValues(refusedUnauthenticated).Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kubescribe-audit"`)
 			http.Error(w, "unauthenticated: present a client certificate signed by the audit client CA or a valid bearer token", http.StatusUnauthorized)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
 	})
+}
+
+// mayPost answers 403, and returns false, unless the authenticated caller is bound to route.
+func (h *handler) mayPost(w http.ResponseWriter, r *http.Request, route string) bool {
+	caller, _ := r.Context().Value(callerKey{}).(Caller)
+	if caller.MayPost(route) {
+		return true
+	}
+	// The credential's name (a common name, a token file line), never the credential.
+	h.log.Warn("audit credential not bound to the route", "route", route, "remote", r.RemoteAddr,
+		"method", string(caller.Method), "credential", caller.Name)
+	h.metrics.refused.WithLabelValues(refusedRouteNotBound).Inc()
+	http.Error(w, fmt.Sprintf("forbidden: this credential may not post audit events for route %q", route), http.StatusForbidden)
+	return false
 }
 
 func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	route := chi.URLParam(r, "route")
 	if !ValidRoute(route) {
 		http.Error(w, "invalid route: want a DNS label (lower-case alphanumerics and '-', at most 63 characters)", http.StatusNotFound)
+		return
+	}
+	if !h.mayPost(w, r, route) {
 		return
 	}
 	start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log"
@@ -102,10 +103,13 @@ func newTestHandler(t *testing.T, mutate func(*HandlerOptions)) *testHandler {
 	t.Helper()
 	th := &testHandler{store: &fakeStore{}, metrics: NewMetrics(prometheus.NewRegistry()), logs: &bytes.Buffer{}}
 	opts := HandlerOptions{
-		Store:         th.store,
-		Authenticator: Authenticator{Tokens: [][]byte{[]byte("another-token"), []byte(goodToken)}},
-		Logger:        slog.New(slog.NewJSONHandler(th.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:       th.metrics,
+		Store: th.store,
+		Authenticator: Authenticator{LocalRoute: "local", Tokens: []Token{
+			{Value: []byte("another-token"), Routes: []string{"tenant-a"}, Line: 1},
+			{Value: []byte(goodToken), Routes: []string{"local", "prod-eu-1", strings.Repeat("a", 63)}, Line: 2},
+		}},
+		Logger:  slog.New(slog.NewJSONHandler(th.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: th.metrics,
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -291,7 +295,7 @@ func TestNewHandlerOptions(t *testing.T) {
 }
 
 func TestHandlerClientCert(t *testing.T) {
-	h := newTestHandler(t, func(o *HandlerOptions) { o.Authenticator = Authenticator{} })
+	h := newTestHandler(t, func(o *HandlerOptions) { o.Authenticator = Authenticator{LocalRoute: "local"} })
 	body := fixture(t, "testdata/update.json")
 
 	req := httptest.NewRequest(http.MethodPost, "/audit/local", bytes.NewReader(body))
@@ -334,7 +338,9 @@ func TestTokensNeverLogged(t *testing.T) {
 func TestHandlerRealTLS(t *testing.T) {
 	ca := newTestCA(t)
 	other := newTestCA(t)
-	h := newTestHandler(t, func(o *HandlerOptions) { o.Authenticator = Authenticator{Tokens: [][]byte{[]byte(goodToken)}} })
+	h := newTestHandler(t, func(o *HandlerOptions) {
+		o.Authenticator = Authenticator{LocalRoute: "local", Tokens: []Token{{Value: []byte(goodToken), Routes: []string{"local"}}}}
+	})
 
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
@@ -443,4 +449,67 @@ func TestKeptBuffersDroppedWhenIdle(t *testing.T) {
 	require.Empty(t, bodies, "the kept buffer was taken")
 	putBody(b)
 	require.Len(t, bodies, 1)
+}
+
+// A credential may post only for the routes it is bound to: anything else is 403, before the
+// body is read, logged without the credential and counted.
+func TestHandlerRouteBinding(t *testing.T) {
+	body := fixture(t, "testdata/update.json")
+	cert := func(cn string) *tls.ConnectionState {
+		return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: cn}}}}}
+	}
+	tests := []struct {
+		name     string
+		path     string
+		auth     string
+		tls      *tls.ConnectionState
+		wantCode int
+	}{
+		{name: "tenant token for the local route", path: "/audit/local", auth: "Bearer another-token", wantCode: 403},
+		{name: "tenant token for its own route", path: "/audit/tenant-a", auth: "Bearer another-token", wantCode: 200},
+		{name: "local token for a tenant route", path: "/audit/tenant-a", auth: "Bearer " + goodToken, wantCode: 403},
+		{name: "unmapped certificate for a tenant route", path: "/audit/tenant-a", tls: cert("kube-apiserver"), wantCode: 403},
+		{name: "unmapped certificate for the local route", path: "/audit/local", tls: cert("kube-apiserver"), wantCode: 200},
+		{name: "mapped certificate for its route", path: "/audit/tenant-b", tls: cert("tenant-b-apiserver"), wantCode: 200},
+		{name: "mapped certificate for the local route", path: "/audit/local", tls: cert("tenant-b-apiserver"), wantCode: 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestHandler(t, func(o *HandlerOptions) {
+				o.Authenticator.CertRoutes = map[string][]string{"tenant-b-apiserver": {"tenant-b"}}
+			})
+			body := &countingReader{r: bytes.NewReader(body)}
+			req := httptest.NewRequest(http.MethodPost, tt.path, body)
+			req.TLS = tt.tls
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			require.Equal(t, tt.wantCode, rec.Code, rec.Body.String())
+			if tt.wantCode == http.StatusForbidden {
+				require.Zero(t, body.n, "a refused request's body is not read")
+				require.Empty(t, h.store.stored())
+				require.Contains(t, rec.Body.String(), "may not post audit events for route")
+				require.Equal(t, float64(1), testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedRouteNotBound)))
+				require.Contains(t, h.logs.String(), "audit credential not bound to the route")
+				require.NotContains(t, h.logs.String(), "another-token")
+				require.NotContains(t, h.logs.String(), goodToken)
+				return
+			}
+			require.Len(t, h.store.stored(), 1)
+			require.Equal(t, strings.TrimPrefix(tt.path, "/audit/"), h.store.stored()[0][0].Route)
+		})
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

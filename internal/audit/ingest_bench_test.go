@@ -73,7 +73,7 @@ func benchIngest(b *testing.B, body []byte) {
 		const token = "bench-token"
 		h, err := audit.NewHandler(audit.HandlerOptions{
 			Store:         attribution.NewStore(rdb, keyspace.MustParse("bench"), time.Minute),
-			Authenticator: audit.Authenticator{Tokens: [][]byte{[]byte(token)}},
+			Authenticator: audit.Authenticator{LocalRoute: "bench", Tokens: []audit.Token{{Value: []byte(token), Routes: []string{"bench"}}}},
 		})
 		require.NoError(b, err)
 		srv := httptest.NewUnstartedServer(h)

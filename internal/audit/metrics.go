@@ -15,11 +15,12 @@ type Metrics struct {
 	duration   prometheus.Histogram
 	handler    *prometheus.HistogramVec
 	batchBytes prometheus.Histogram
+	refused    *prometheus.CounterVec
 }
 
 // The status codes the audit endpoint answers with; pre-initialised in
 // kubescribe_audit_requests_total.
-var responseCodes = []int{200, 400, 401, 404, 405, 413, 503}
+var responseCodes = []int{200, 400, 401, 403, 404, 405, 413, 503}
 
 // NewMetrics registers the audit endpoint's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -48,6 +49,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Size of the audit EventList bodies read (within the body limit).",
 			Buckets: prometheus.ExponentialBuckets(1024, 4, 9), // 1 KiB .. 64 MiB
 		}),
+		refused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_audit_refused_total",
+			Help: "Audit requests refused before their body was read, by reason: unauthenticated (401) or route_not_bound (403: the credential may not post for that route).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{refusedUnauthenticated, refusedRouteNotBound} {
+		m.refused.WithLabelValues(r)
 	}
 	for _, c := range responseCodes {
 		m.requests.WithLabelValues(strconv.Itoa(c))
@@ -58,6 +66,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// Reasons of kubescribe_audit_refused_total.
+const (
+	refusedUnauthenticated = "unauthenticated"
+	refusedRouteNotBound   = "route_not_bound"
+)
 
 func (m *Metrics) observeStats(s DecodeStats) {
 	m.events.WithLabelValues(ResultKept).Add(float64(s.Kept))

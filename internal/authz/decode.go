@@ -11,9 +11,15 @@ import (
 	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
-// DefaultMaxBodyBytes limits an AdmissionReview body. A CommitRequest is small (its message
-// is at most 4 KiB); the review carries it once, with the user's groups and extra.
-const DefaultMaxBodyBytes int64 = 256 << 10
+// DefaultMaxBodyBytes limits an AdmissionReview body. It is above anything the apiserver can
+// send, so that every CommitRequest it accepts gets a real verdict: a request body is at most
+// 3 MiB (k8s.io/apiserver's --max-request-bytes default), the review carries the object once
+// (a CREATE), re-encoded as JSON (which may write '<', '>' and '&' as 6-byte escapes, and
+// only annotation values, at most 256 KiB, may hold them), plus the managedFields the
+// apiserver adds (which repeat every label and annotation key) and the user's groups and
+// extra. That stays below 3 x 3 MiB; 16 MiB leaves room. Only an authenticated apiserver is
+// read at all.
+const DefaultMaxBodyBytes int64 = 16 << 20
 
 // review is a decoded CommitRequest AdmissionReview.
 type review struct {

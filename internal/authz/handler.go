@@ -19,8 +19,12 @@ import (
 	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
-// Path is where the webhook is served.
+// Path is where the webhook is served; Path + "/<token>" too, for a token-authenticated
+// apiserver.
 const Path = "/validate/commitrequests"
+
+// webhookName names the webhook in logs and metrics.
+const webhookName = "commitrequests"
 
 // reviewTimeout bounds the SubjectAccessReview and the verdict write of one request; the
 // webhook's own timeout (deploy/) is 5s.
@@ -45,9 +49,12 @@ type HandlerOptions struct {
 	Verdicts VerdictRecorder
 	// MaxBodyBytes limits a review; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// RequireClientCert refuses (401) a request without a TLS client certificate the listener
-	// verified: set it when the apiserver presents one (--admission-client-ca-file).
-	RequireClientCert bool
+	// Auth authenticates every request (401) before its body is read, and refuses (403) a
+	// credential not bound to Route. Nil refuses every request.
+	Auth *reviewhttp.Auth
+	// Route is the route of the cluster kubescribe runs in (--cluster-name): the CommitRequest
+	// webhook serves only that cluster's apiserver. Required.
+	Route string
 	// Logger defaults to a logger that discards.
 	Logger *slog.Logger
 	// Metrics defaults to metrics registered nowhere.
@@ -94,11 +101,15 @@ type handler struct {
 
 // NewHandler returns the admission endpoint: POST /validate/commitrequests with an
 // admission.k8s.io/v1 AdmissionReview. Answers 200 with a review response for every decodable
-// review; 400 for a body that is not one, 413 over the limit, 415 for a content type other
-// than JSON, 401 without a client certificate when one is required.
+// review; 401 for a caller not authenticated, 403 for a credential not bound to Route (both
+// before the body is read), 400 for a body that is not a review, 413 over the limit, 415 for a
+// content type other than JSON.
 func NewHandler(opts HandlerOptions) (http.Handler, error) {
 	if opts.Reviewer == nil || opts.Verdicts == nil {
 		return nil, errors.New("authz: HandlerOptions.Reviewer and Verdicts are required")
+	}
+	if opts.Route == "" {
+		return nil, errors.New("authz: HandlerOptions.Route is required")
 	}
 	if opts.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("authz: HandlerOptions.MaxBodyBytes must not be negative, got %d", opts.MaxBodyBytes)
@@ -116,6 +127,8 @@ func NewHandler(opts HandlerOptions) (http.Handler, error) {
 	r := chi.NewRouter()
 	r.Use(h.instrument)
 	r.Post(Path, h.serve)
+	// A token in the last path segment authenticates the apiserver of a managed cluster.
+	r.Post(Path+"/{token}", h.serve)
 	return r, nil
 }
 
@@ -124,7 +137,10 @@ func (h *handler) instrument(next http.Handler) http.Handler {
 }
 
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
-	if !reviewhttp.Authenticated(w, r, h.log, h.opts.RequireClientCert) {
+	// Who is calling, and may it speak for this cluster: before the body is read and before
+	// any SubjectAccessReview, so a stranger costs kubescribe nothing.
+	caller, ok := h.opts.Auth.Authenticate(w, r, h.log, webhookName, chi.URLParam(r, "token"))
+	if !ok || !h.opts.Auth.Permit(w, r, h.log, webhookName, caller, h.opts.Route) {
 		return
 	}
 	body, ok := reviewhttp.Body(w, r, h.opts.MaxBodyBytes)

@@ -5,8 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // fakeReviewer allows assert-author for the users in allowed, on the targets listed.
@@ -95,7 +101,7 @@ func reviewBody(t testing.TB, user string, obj runtime.Object, dryRun bool) []by
 
 func newTestHandler(t *testing.T, rev *fakeReviewer, rec *fakeRecorder) http.Handler {
 	t.Helper()
-	h, err := NewHandler(HandlerOptions{Reviewer: rev, Verdicts: rec})
+	h, err := NewHandler(HandlerOptions{Reviewer: rev, Verdicts: rec, Auth: testAuth(), Route: "local"})
 	require.NoError(t, err)
 	return h
 }
@@ -104,6 +110,7 @@ func post(t *testing.T, h http.Handler, body []byte) (*httptest.ResponseRecorder
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	req.TLS = verifiedCert("kube-apiserver")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
@@ -206,7 +213,7 @@ func TestReviewOtherOperationsAreAllowed(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	h, err := NewHandler(HandlerOptions{Reviewer: &fakeReviewer{}, Verdicts: &fakeRecorder{}, MaxBodyBytes: 4096})
+	h, err := NewHandler(HandlerOptions{Reviewer: &fakeReviewer{}, Verdicts: &fakeRecorder{}, MaxBodyBytes: 4096, Auth: testAuth(), Route: "local"})
 	require.NoError(t, err)
 	good := reviewBody(t, "alice", commitRequest("tenants", nil), false)
 	for _, tc := range []struct {
@@ -226,6 +233,7 @@ func TestBadRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", tc.contentType)
+			req.TLS = verifiedCert("kube-apiserver")
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			require.Equal(t, tc.code, rec.Code)
@@ -233,23 +241,114 @@ func TestBadRequests(t *testing.T) {
 		})
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, Path, nil))
+	get := httptest.NewRequest(http.MethodGet, Path, nil)
+	get.TLS = verifiedCert("kube-apiserver")
+	h.ServeHTTP(rec, get)
 	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 }
 
-func TestRequireClientCert(t *testing.T) {
-	h, err := NewHandler(HandlerOptions{Reviewer: &fakeReviewer{}, Verdicts: &fakeRecorder{}, RequireClientCert: true})
-	require.NoError(t, err)
-	body := reviewBody(t, "alice", commitRequest("tenants", nil), false)
-	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	require.Equal(t, http.StatusUnauthorized, rec.Code)
-	require.Contains(t, rec.Body.String(), "client certificate")
+// testAuth authenticates the test apiserver by its client certificate (CN kube-apiserver,
+// bound to the local route), and the tokens of a local and a tenant apiserver.
+func testAuth() *reviewhttp.Auth {
+	return &reviewhttp.Auth{Callers: audit.Authenticator{
+		LocalRoute: "local",
+		Tokens: []audit.Token{
+			{Value: []byte("local-token"), Routes: []string{"local"}, Line: 1},
+			{Value: []byte("tenant-token"), Routes: []string{"tenant-a"}, Line: 2},
+		},
+		CertRoutes: map[string][]string{"tenant-a-apiserver": {"tenant-a"}},
+	}}
+}
 
-	req = httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-	req.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
-	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	require.Equal(t, http.StatusOK, rec.Code)
+func verifiedCert(cn string) *tls.ConnectionState {
+	return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: cn}}}}}
+}
+
+// Every caller is authenticated and must be bound to the local route, before the body is read
+// and before any SubjectAccessReview.
+func TestAuthentication(t *testing.T) {
+	masters := reviewBody(t, "mallory", commitRequest("tenants", jane), false)
+	var ar admissionv1.AdmissionReview
+	require.NoError(t, json.Unmarshal(masters, &ar))
+	ar.Request.UserInfo.Groups = []string{"system:masters"}
+	masters, _ = json.Marshal(ar)
+	for _, tc := range []struct {
+		name   string
+		auth   *reviewhttp.Auth
+		path   string
+		tls    *tls.ConnectionState
+		header string
+		code   int
+	}{
+		{name: "no credential", auth: testAuth(), path: Path, code: 401},
+		{name: "TLS without a verified certificate", auth: testAuth(), path: Path, tls: &tls.ConnectionState{}, code: 401},
+		{name: "no authenticator", path: Path, tls: verifiedCert("kube-apiserver"), code: 401},
+		{name: "wrong path token", auth: testAuth(), path: Path + "/guessed", code: 401},
+		{name: "wrong bearer token", auth: testAuth(), path: Path, header: "Bearer guessed", code: 401},
+		{name: "tenant certificate", auth: testAuth(), path: Path, tls: verifiedCert("tenant-a-apiserver"), code: 403},
+		{name: "tenant path token", auth: testAuth(), path: Path + "/tenant-token", code: 403},
+		{name: "the local apiserver's certificate", auth: testAuth(), path: Path, tls: verifiedCert("kube-apiserver"), code: 200},
+		{name: "the local path token", auth: testAuth(), path: Path + "/local-token", code: 200},
+		{name: "the local bearer token", auth: testAuth(), path: Path, header: "Bearer local-token", code: 200},
+		{name: "anonymous, opted out", auth: &reviewhttp.Auth{AllowUnauthenticated: true, Callers: audit.Authenticator{LocalRoute: "local"}}, path: Path, code: 200},
+		{name: "wrong token, opted out", auth: &reviewhttp.Auth{AllowUnauthenticated: true, Callers: audit.Authenticator{LocalRoute: "local"}}, path: Path + "/guessed", code: 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rev, rec := &fakeReviewer{allowed: map[string]string{"mallory": "tenants"}}, &fakeRecorder{}
+			logs := &bytes.Buffer{}
+			h, err := NewHandler(HandlerOptions{Reviewer: rev, Verdicts: rec, Auth: tc.auth, Route: "local",
+				Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			require.NoError(t, err)
+			r := &countingReader{r: bytes.NewReader(masters)}
+			req := httptest.NewRequest(http.MethodPost, tc.path, r)
+			req.TLS = tc.tls
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			require.Equal(t, tc.code, w.Code, w.Body.String())
+			require.NotContains(t, logs.String(), "local-token")
+			require.NotContains(t, logs.String(), "tenant-token")
+			if tc.code != http.StatusOK {
+				require.Zero(t, r.n, "the body of a refused request is not read")
+				require.Empty(t, rev.got, "no SubjectAccessReview for a refused request")
+				require.Empty(t, rec.verdicts)
+				return
+			}
+			require.Len(t, rev.got, 1)
+			require.Len(t, rec.verdicts, 1)
+		})
+	}
+	_, err := NewHandler(HandlerOptions{Reviewer: &fakeReviewer{}, Verdicts: &fakeRecorder{}})
+	require.ErrorContains(t, err, "Route is required")
+}
+
+// A CommitRequest as large as the apiserver accepts gets a real verdict: bob's ~280 KB of
+// labels no longer push its review over the limit (where failurePolicy Ignore would have
+// admitted it without one).
+func TestLargeCommitRequestGetsAVerdict(t *testing.T) {
+	cr := commitRequest("tenants", jane)
+	cr.Labels = map[string]string{}
+	for i := 0; len(cr.Labels)*70 < 280<<10; i++ {
+		cr.Labels[fmt.Sprintf("padding.example.com/key-%06d", i)] = strings.Repeat("v", 40)
+	}
+	body := reviewBody(t, "bob", cr, false)
+	require.Greater(t, len(body), 256<<10)
+	rev, rec := &fakeReviewer{}, &fakeRecorder{}
+	_, resp := post(t, newTestHandler(t, rev, rec), body)
+	require.NotNil(t, resp)
+	require.False(t, resp.Allowed, "bob may not assert an author: denied")
+	require.Len(t, rev.got, 1)
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

@@ -6,7 +6,6 @@ package reviewhttp
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
@@ -14,17 +13,6 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Authenticated reports whether r may be served. With requireClientCert, a request without a
-// TLS client certificate the listener verified is answered 401 (and logged) and refused.
-func Authenticated(w http.ResponseWriter, r *http.Request, log *slog.Logger, requireClientCert bool) bool {
-	if requireClientCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		log.Warn("unauthenticated admission request", "remote", r.RemoteAddr, "tls", r.TLS != nil)
-		http.Error(w, "unauthenticated: present a client certificate signed by the admission client CA", http.StatusUnauthorized)
-		return false
-	}
-	return true
-}
 
 // Body returns r's body. It answers the request itself, and returns false, for a content type
 // other than JSON (415), a body over max bytes (413, whether announced or not) and a body that
