@@ -12,7 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubescribe/kubescribe/internal/admission"
+	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // admissionWebhookConfig prints the ValidatingWebhookConfiguration for CommitRequests, for a
@@ -22,6 +24,8 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 	rawURL := fs.String("url", "", "kubescribe's admission endpoint, e.g. https://10.0.0.5:9443/validate/commitrequests")
 	service := fs.String("service", "", "the Service in front of kubescribe, as namespace/name[:port] (port 9443 by default)")
 	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
+	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --route goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
+	route := fs.String("route", "local", "kubescribe's --cluster-name: the route the token must be bound to")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,10 +59,37 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 		}
 		cc.Service = ref
 	}
+	if err := addPathToken(&cc, *tokenFile, *route); err != nil {
+		return err
+	}
 	out, err := yaml.Marshal(authz.WebhookConfiguration(cc))
 	if err != nil {
 		return err
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// addPathToken puts the first token of kubescribe's admission token file bound to route into
+// cc's path; nothing without a file. Errors name the file, never a token.
+func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, route string) error {
+	if tokenFile == "" {
+		return nil
+	}
+	if !audit.ValidRoute(route) {
+		return fmt.Errorf("--route %q must be a DNS label", route)
+	}
+	tokens, err := audit.LoadTokenFile("admission token file", tokenFile, route)
+	if err != nil {
+		return err
+	}
+	if err := reviewhttp.ValidatePathTokens(tokenFile, tokens); err != nil {
+		return err
+	}
+	token := reviewhttp.TokenFor(tokens, route)
+	if token == "" {
+		return fmt.Errorf("admission token file %q: no token is bound to route %q", tokenFile, route)
+	}
+	reviewhttp.AddPathToken(cc, token)
+	return nil
 }

@@ -31,11 +31,41 @@ func TestAdmissionWebhookConfig(t *testing.T) {
 	require.Equal(t, pem, w.ClientConfig.CABundle)
 	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
 
+	require.Len(t, c.Webhooks, 2)
+	require.Equal(t, admissionregistrationv1.Fail, *c.Webhooks[1].FailurePolicy, "asserted authors fail closed")
+	require.Equal(t, "has(object.spec) && has(object.spec.author)", c.Webhooks[1].MatchConditions[0].Expression)
+
 	c = print("--service", "kubescribe/kubescribe")
 	svc := c.Webhooks[0].ClientConfig.Service
 	require.Equal(t, "kubescribe", svc.Namespace)
 	require.Equal(t, int32(9443), *svc.Port)
 	require.Equal(t, "/validate/commitrequests", *svc.Path)
+
+	// A managed cluster's apiserver authenticates with a token in the path.
+	tokens := filepath.Join(dir, "admission-token")
+	require.NoError(t, os.WriteFile(tokens, []byte("tenant-tok tenant-a\nlocal-tok\n"), 0o600))
+	c = print("--service", "kubescribe/kubescribe", "--token-file", tokens)
+	for _, w := range c.Webhooks {
+		require.Equal(t, "/validate/commitrequests/local-tok", *w.ClientConfig.Service.Path)
+	}
+	c = print("--url", "https://10.0.0.5:9443", "--token-file", tokens)
+	require.Equal(t, "https://10.0.0.5:9443/validate/commitrequests/local-tok", *c.Webhooks[1].ClientConfig.URL)
+
+	unsafe := filepath.Join(dir, "unsafe-token")
+	require.NoError(t, os.WriteFile(unsafe, []byte("secret/part\n"), 0o600))
+	tenantOnly := filepath.Join(dir, "tenant-token")
+	require.NoError(t, os.WriteFile(tenantOnly, []byte("secret-part tenant-a\n"), 0o600))
+	for name, tc := range map[string]struct{ file, want string }{
+		"token not URL-safe": {unsafe, "line 1: a token may hold only letters"},
+		"no token for route": {tenantOnly, `no token is bound to route "local"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			require.Equal(t, 1, run([]string{"admission-webhook-config", "--ca-file", ca, "--url", "https://h", "--token-file", tc.file}, &out, &errOut))
+			require.Contains(t, errOut.String(), tc.want)
+			require.NotContains(t, errOut.String(), "secret")
+		})
+	}
 
 	for name, args := range map[string][]string{
 		"neither":    {"--ca-file", ca},

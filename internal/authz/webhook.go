@@ -10,29 +10,42 @@ import (
 // WebhookConfigurationName is the name of the ValidatingWebhookConfiguration.
 const WebhookConfigurationName = "kubescribe-commitrequests"
 
-// webhookTimeoutSeconds keeps a slow kubescribe from holding up creates: past it, the apiserver
-// admits the request (failurePolicy Ignore) and the controller ignores any spec.author.
+// webhookTimeoutSeconds keeps a slow kubescribe from holding up creates for long.
 const webhookTimeoutSeconds = 5
 
+// Names of the webhook configuration's two entries, and the CEL conditions that split
+// CommitRequest creates between them.
+const (
+	// SubmitterWebhookName sees creates without spec.author: it records who submitted them,
+	// and fails open.
+	SubmitterWebhookName = "commitrequests.kubescribe.dev"
+	// AuthorWebhookName sees creates that assert an author: it checks assert-author, and
+	// fails closed.
+	AuthorWebhookName = "authors.commitrequests.kubescribe.dev"
+
+	assertsAuthor     = "has(object.spec) && has(object.spec.author)"
+	assertsNoAuthor   = "!has(object.spec) || !has(object.spec.author)"
+	matchAuthorName   = "asserts-author"
+	matchNoAuthorName = "asserts-no-author"
+)
+
 // WebhookConfiguration returns the ValidatingWebhookConfiguration that sends CommitRequest
-// creates to kubescribe, reached through cc (a URL or a Service, and the CA bundle). It matches
-// CREATE of commitrequests only, fails open (the controller is the real gate) and declares no
+// creates to kubescribe, reached through cc (a URL or a Service, and the CA bundle). Two
+// entries split the creates with matchConditions: one without spec.author fails open
+// (failurePolicy Ignore: kubescribe down never blocks a plain CommitRequest, which then closes
+// no window), one with spec.author fails closed (failurePolicy Fail: an assertion kubescribe
+// cannot check is refused at once, instead of being admitted and then ignored by the
+// controller; see docs/security.md). Both match CREATE of commitrequests only and declare no
 // side effects on dry run (a dry run records nothing).
 func WebhookConfiguration(cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	ignore := admissionregistrationv1.Ignore
-	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
-	equivalent := admissionregistrationv1.Equivalent
-	scope := admissionregistrationv1.NamespacedScope
-	timeout := int32(webhookTimeoutSeconds)
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   WebhookConfigurationName,
-			Labels: map[string]string{"app.kubernetes.io/name": "kubescribe"},
-		},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:         "commitrequests.kubescribe.dev",
-			ClientConfig: cc,
+	entry := func(name string, policy admissionregistrationv1.FailurePolicyType, condName, cond string) admissionregistrationv1.ValidatingWebhook {
+		sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
+		equivalent := admissionregistrationv1.Equivalent
+		scope := admissionregistrationv1.NamespacedScope
+		timeout := int32(webhookTimeoutSeconds)
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:         name,
+			ClientConfig: *cc.DeepCopy(),
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 				Rule: admissionregistrationv1.Rule{
@@ -42,11 +55,23 @@ func WebhookConfiguration(cc admissionregistrationv1.WebhookClientConfig) *admis
 					Scope:       &scope,
 				},
 			}},
-			FailurePolicy:           &ignore,
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: condName, Expression: cond}},
+			FailurePolicy:           &policy,
 			MatchPolicy:             &equivalent,
 			SideEffects:             &sideEffects,
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
-		}},
+		}
+	}
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   WebhookConfigurationName,
+			Labels: map[string]string{"app.kubernetes.io/name": "kubescribe"},
+		},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{
+			entry(SubmitterWebhookName, admissionregistrationv1.Ignore, matchNoAuthorName, assertsNoAuthor),
+			entry(AuthorWebhookName, admissionregistrationv1.Fail, matchAuthorName, assertsAuthor),
+		},
 	}
 }

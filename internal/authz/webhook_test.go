@@ -26,9 +26,18 @@ func TestDeployedWebhookMatchesTheGenerated(t *testing.T) {
 	want.Annotations = deployed.Annotations
 	require.Equal(t, want, &deployed)
 
-	w := want.Webhooks[0]
-	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
-	require.Equal(t, admissionregistrationv1.SideEffectClassNoneOnDryRun, *w.SideEffects)
-	require.LessOrEqual(t, *w.TimeoutSeconds, int32(10))
-	require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, w.Rules[0].Operations)
+	require.Len(t, want.Webhooks, 2)
+	for i, w := range want.Webhooks {
+		require.Equal(t, admissionregistrationv1.SideEffectClassNoneOnDryRun, *w.SideEffects)
+		require.LessOrEqual(t, *w.TimeoutSeconds, int32(10))
+		require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, w.Rules[0].Operations)
+		require.Len(t, w.MatchConditions, 1)
+		if i == 0 {
+			require.Equal(t, SubmitterWebhookName, w.Name)
+			require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy, "a plain CommitRequest never waits for kubescribe")
+		} else {
+			require.Equal(t, AuthorWebhookName, w.Name)
+			require.Equal(t, admissionregistrationv1.Fail, *w.FailurePolicy, "an assertion kubescribe cannot check is refused")
+		}
+	}
 }
