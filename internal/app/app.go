@@ -127,13 +127,16 @@ func New(opts Options) (_ *App, err error) {
 	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
 	a.store.SetCandidateTTL(opts.CandidateTTL)
+	a.store.SetFactWindow(opts.FactMaxDelay, opts.FactClockSkew)
+	attributionMetrics := attribution.NewMetrics(opts.Registry)
+	a.store.SetObservability(a.log.With("component", "attribution"), attributionMetrics)
 	watchMetrics := watch.NewMetrics(opts.Registry)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
 		Facts:      a.store,
 		Candidates: a.store,
 		Grace:      opts.AttributionGrace,
 		Logger:     a.log.With("component", "attribution"),
-		Metrics:    attribution.NewMetrics(opts.Registry),
+		Metrics:    attributionMetrics,
 		Excluded: func(c watch.Change) {
 			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
 		},
@@ -253,11 +256,14 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 		return err
 	}
 	a.candidates, err = admission.NewHandler(admission.HandlerOptions{
-		Store:   a.store,
-		Render:  declared.Manifest,
-		Auth:    auth,
-		Logger:  a.log,
-		Metrics: admission.NewMetrics(a.opts.Registry),
+		Store:         a.store,
+		Render:        declared.Manifest,
+		Auth:          auth,
+		MaxBodyBytes:  a.opts.AttributionMaxBodyBytes,
+		InFlightBytes: a.opts.AttributionInFlightBytes,
+		QueueBytes:    a.opts.AttributionQueueBytes,
+		Logger:        a.log,
+		Metrics:       admission.NewMetrics(a.opts.Registry),
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
@@ -109,6 +110,15 @@ type Options struct {
 	AttributionSource string
 	// CandidateTTL is how long admission candidates are kept in Redis.
 	CandidateTTL time.Duration
+	// AttributionMaxBodyBytes limits one review to the attribution webhook;
+	// AttributionInFlightBytes bounds the review bodies read and decoded at once (at least
+	// AttributionMaxBodyBytes); AttributionQueueBytes bounds the candidates waiting to be
+	// written to Redis, by size.
+	AttributionMaxBodyBytes, AttributionInFlightBytes, AttributionQueueBytes int64
+	// FactMaxDelay is how old an audit fact's stage timestamp may be when it arrives (the
+	// apiserver's longest delivery delay); FactClockSkew is the clock-skew allowance added on
+	// both sides. A fact outside that window is refused as evidence.
+	FactMaxDelay, FactClockSkew time.Duration
 	// AttributionWebhookURL or AttributionWebhookService (namespace/name[:port]), when one is
 	// set, make kubescribe manage the attribution ValidatingWebhookConfiguration, its rules
 	// following the watch rules in force; AttributionWebhookCAFile is then the CA bundle the
@@ -156,6 +166,12 @@ func DefaultOptions() Options {
 		AttributionGrace:  attribution.DefaultGrace,
 		AttributionSource: string(attribution.SourceAudit),
 		CandidateTTL:      attribution.DefaultCandidateTTL,
+
+		AttributionMaxBodyBytes:  admission.DefaultMaxBodyBytes,
+		AttributionInFlightBytes: admission.DefaultInFlightBytes,
+		AttributionQueueBytes:    admission.DefaultQueueBytes,
+		FactMaxDelay:             attribution.DefaultFactMaxDelay,
+		FactClockSkew:            attribution.DefaultFactClockSkew,
 
 		AttributionWebhookExcludeNamespaces: []string{"kubescribe"},
 		DiscoveryRefresh:                    watch.DefaultDiscoveryRefresh,
@@ -239,6 +255,15 @@ func (o *Options) Validate() error {
 		bad("AttributionSource", "is invalid: %v", err)
 	} else if src != attribution.SourceAudit && o.AdmissionListenAddress == "" {
 		bad("AttributionSource", "%q needs the admission listener (AdmissionListenAddress), which serves /validate/attribution/{route}", src)
+	}
+	if o.AttributionMaxBodyBytes <= 0 || o.AttributionInFlightBytes <= 0 || o.AttributionQueueBytes <= 0 {
+		bad("AttributionMaxBodyBytes/AttributionInFlightBytes/AttributionQueueBytes", "must be positive, got %d, %d and %d",
+			o.AttributionMaxBodyBytes, o.AttributionInFlightBytes, o.AttributionQueueBytes)
+	} else if o.AttributionInFlightBytes < o.AttributionMaxBodyBytes {
+		bad("AttributionInFlightBytes", "(%d) must hold one review of AttributionMaxBodyBytes (%d)", o.AttributionInFlightBytes, o.AttributionMaxBodyBytes)
+	}
+	if o.FactMaxDelay <= 0 || o.FactClockSkew <= 0 {
+		bad("FactMaxDelay/FactClockSkew", "must be positive, got %s and %s", o.FactMaxDelay, o.FactClockSkew)
 	}
 	if o.CandidateTTL <= 0 {
 		bad("CandidateTTL", "must be positive, got %s", o.CandidateTTL)
