@@ -55,7 +55,8 @@ test: deps kube-apiserver
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
 	./internal/audit:FuzzDecode \
-	./internal/authz:FuzzDecodeReview
+	./internal/authz:FuzzDecodeReview \
+	./internal/controller:FuzzRestConfigFromKubeconfig
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; fn=$${t##*:}; \

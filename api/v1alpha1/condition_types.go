@@ -123,6 +123,12 @@ const (
 	// everything inline. Always refused.
 	ReasonKubeConfigFileReference string = "KubeConfigFileReference"
 
+	// ReasonKubeConfigProxy: a GitTarget's kubeconfig sets proxy-url, which would send
+	// kubescribe's connections (and, for an http:// server, its credentials) through an address
+	// the Secret's writer chose. Always refused: a proxy kubescribe must use is set on its
+	// Deployment (HTTPS_PROXY, NO_PROXY).
+	ReasonKubeConfigProxy string = "KubeConfigProxy"
+
 	// ReasonSourceClusterConflict: a GitTarget's spec.sourceCluster.auditRoute is already used
 	// by GitTargets with a different kubeconfig, or is the route of the cluster kubescribe runs
 	// in (--cluster-name). One audit route names one cluster.

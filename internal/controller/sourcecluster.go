@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -170,7 +175,8 @@ func (c *Controller) remoteNamespaces(route string, sel labels.Selector) ([]stri
 	defer cancel()
 	list, err := client.Resource(namespacesResource).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
-		return nil, fmt.Errorf("listing the namespaces of cluster %q for namespaceSelector: %v", route, err)
+		c.log.Warn("listing the namespaces of a remote source cluster failed", "cluster", route, "err", err)
+		return nil, fmt.Errorf("listing the namespaces of cluster %q for namespaceSelector: %s", route, remoteError(err))
 	}
 	out := []string{}
 	for _, ns := range list.Items {
@@ -479,18 +485,24 @@ func (c *Controller) reachSourceCluster(t *v1alpha1.GitTarget, ready bool, reaso
 		cond.Message = fmt.Sprintf("asking cluster %q for its API discovery", route)
 	case err != nil:
 		cond.Status = metav1.ConditionFalse
+		// The remote's own words (a response body, a Status message) are never quoted: only
+		// what kind of failure it was (remoteError).
 		switch {
 		case apierrors.IsUnauthorized(err):
 			cond.Reason = v1alpha1.ReasonUnauthorized
-			cond.Message = fmt.Sprintf("cluster %q rejected the credentials of Secret %q (401): %v", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name, err)
+			cond.Message = fmt.Sprintf("cluster %q rejected the credentials of Secret %q (401)", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name)
 		case apierrors.IsForbidden(err):
 			cond.Reason = v1alpha1.ReasonForbidden
-			cond.Message = fmt.Sprintf("cluster %q refused API discovery to the identity of Secret %q (403): grant it the kubescribe-source ClusterRole: %v", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name, err)
+			cond.Message = fmt.Sprintf("cluster %q refused API discovery to the identity of Secret %q (403): grant it the kubescribe-source ClusterRole", route, t.Spec.SourceCluster.KubeConfigSecretRef.Name)
 		default:
 			cond.Reason = v1alpha1.ReasonUnreachable
-			cond.Message = fmt.Sprintf("cluster %q does not answer: %v", route, err)
+			cond.Message = fmt.Sprintf("cluster %q does not answer: %s", route, remoteError(err))
 		}
 		ready, reason, msg = false, v1alpha1.ReasonSourceClusterUnreachable, cond.Message+"; its watches keep retrying"
+		if prev := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionSourceClusterReachable); prev == nil || prev.Message != cond.Message {
+			// The condition names only the kind of failure; the server's words go here.
+			c.log.Warn("a remote source cluster's API discovery failed", "cluster", route, "gittarget", t.Namespace+"/"+t.Name, "reason", cond.Reason, "err", err)
+		}
 	}
 	meta.SetStatusCondition(&t.Status.Conditions, cond)
 	return ready, reason, msg
@@ -545,6 +557,11 @@ func restConfigFromKubeconfig(kubeconfig []byte, allowExec, allowInsecure bool) 
 		return nil, &refusal{v1alpha1.ReasonKubeConfigFileReference, fmt.Sprintf(
 			"the kubeconfig refers to files (%s), which kubescribe does not have and never writes: put their content inline (certificate-authority-data, client-certificate-data, client-key-data, token)", strings.Join(files, ", "))}
 	}
+	if cluster.ProxyURL != "" {
+		// Not quoted: a proxy URL may carry a password.
+		return nil, &refusal{v1alpha1.ReasonKubeConfigProxy,
+			"the kubeconfig sets proxy-url, which would send kubescribe's connections through an address the Secret's writer chose: remove it; a proxy kubescribe must use is set on its Deployment (HTTPS_PROXY, NO_PROXY)"}
+	}
 	if (auth.Exec != nil || auth.AuthProvider != nil) && !allowExec {
 		what := "an exec plugin"
 		if auth.Exec == nil {
@@ -572,6 +589,90 @@ func restConfigFromKubeconfig(kubeconfig []byte, allowExec, allowInsecure bool) 
 	cfg.UserAgent = "kubescribe"
 	cfg.QPS, cfg.Burst = 50, 100
 	return cfg, nil
+}
+
+// remoteError describes an error of a request to a remote source cluster for a condition: its
+// HTTP status or the class of its connection or TLS failure, never text the server chose (a
+// response body or a Status message, which client-go copies into its errors). The full error
+// goes to the log only.
+func remoteError(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := int(status.Status().Code)
+		switch apierrors.ReasonForError(err) {
+		case metav1.StatusReasonUnauthorized:
+			return "unauthorized (401)"
+		case metav1.StatusReasonForbidden:
+			return "forbidden (403)"
+		case metav1.StatusReasonNotFound:
+			return "not found (404)"
+		case metav1.StatusReasonTimeout, metav1.StatusReasonServerTimeout:
+			return fmt.Sprintf("the server timed out (%d)", code)
+		case metav1.StatusReasonTooManyRequests:
+			return "too many requests (429)"
+		case metav1.StatusReasonServiceUnavailable:
+			return "service unavailable (503)"
+		}
+		if text := http.StatusText(code); text != "" {
+			return fmt.Sprintf("HTTP %d (%s)", code, strings.ToLower(text))
+		}
+		return fmt.Sprintf("HTTP status %d", code)
+	}
+	var groups *discovery.ErrGroupDiscoveryFailed
+	if errors.As(err, &groups) && len(groups.Groups) > 0 {
+		gvs := slices.SortedFunc(maps.Keys(groups.Groups), func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
+		return fmt.Sprintf("discovery of %d API group versions failed, the first: %s", len(gvs), remoteError(groups.Groups[gvs[0]]))
+	}
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		record    tls.RecordHeaderError
+		alert     tls.AlertError
+		verify    *tls.CertificateVerificationError
+		dns       *net.DNSError
+		netErr    net.Error
+	)
+	switch {
+	case errors.As(err, &unknownCA):
+		return "certificate signed by unknown authority"
+	case errors.As(err, &hostname):
+		return "the server's certificate is not valid for its name"
+	case errors.As(err, &invalid):
+		return "the server's certificate is not valid (expired, not yet valid, or not for serving)"
+	case errors.As(err, &verify):
+		return "the server's certificate cannot be verified"
+	case errors.As(err, &record):
+		return "the server does not speak TLS"
+	case errors.As(err, &alert):
+		return "the TLS handshake failed (the server refused it)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to the host"
+	case errors.As(err, &dns):
+		if dns.IsNotFound {
+			return "the server's host name does not resolve"
+		}
+		return "the host name lookup failed"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "timed out"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the server closed the connection"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		// net/http's own words (not the server's) for a plain HTTP answer to a TLS hello.
+		if strings.Contains(urlErr.Err.Error(), "server gave HTTP response to HTTPS client") {
+			return "the server does not speak TLS"
+		}
+		return "the request failed"
+	}
+	return "the server's answer cannot be used"
 }
 
 func quoteAll(s []string) []string {

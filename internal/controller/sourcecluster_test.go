@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,6 +78,12 @@ func TestRestConfigFromKubeconfig(t *testing.T) {
 		{name: "insecure allowed", allowI: true, kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", insecure-skip-tls-verify: true}\n")},
 		{name: "plain http", kubeconfig: kubeconfigFor("http://edge.example:8080", "tok"),
 			wantReason: v1alpha1.ReasonKubeConfigInsecure, wantMsg: "http://"},
+		{name: "proxy", kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", proxy-url: \"http://user:pw@proxy.example:3128\"}\n"),
+			wantReason: v1alpha1.ReasonKubeConfigProxy, wantMsg: "proxy-url"},
+		{name: "socks proxy", kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", proxy-url: \"socks5://proxy.example:1080\"}\n"),
+			wantReason: v1alpha1.ReasonKubeConfigProxy, wantMsg: "HTTPS_PROXY"},
+		{name: "tls-server-name and extensions are fine", kubeconfig: kubeconfigFor(server, "tok",
+			"clusters:\n- name: edge\n  cluster: {server: "+server+", tls-server-name: edge.internal, disable-compression: true, extensions: [{name: x, extension: {a: b}}]}\n")},
 		{name: "CA file", kubeconfig: kubeconfigFor(server, "tok", "clusters:\n- name: edge\n  cluster: {server: "+server+", certificate-authority: /etc/ca.crt}\n"),
 			wantReason: v1alpha1.ReasonKubeConfigFileReference, wantMsg: "certificate-authority"},
 	}
@@ -91,6 +99,7 @@ func TestRestConfigFromKubeconfig(t *testing.T) {
 			require.Equal(t, tt.wantReason, ref.reason, ref.msg)
 			require.Contains(t, ref.msg, tt.wantMsg)
 			require.NotContains(t, ref.msg, "tok\n")
+			require.NotContains(t, ref.msg, "pw@", "a proxy's password is not quoted")
 		})
 	}
 }
@@ -211,7 +220,7 @@ func TestRemoteSourceCluster(t *testing.T) {
 	require.Equal(t, "second", remote.builds[1].BearerToken)
 
 	// An unreachable or refusing remote fails its own targets only.
-	remote.setErr(errors.New("dial tcp: connection refused"))
+	remote.setErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 	got = f.syncProbed(t, "a", v1alpha1.ReasonUnreachable)
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable, "connection refused")
 	_, routed := f.route("a")

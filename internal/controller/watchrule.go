@@ -157,6 +157,11 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 
 	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
 	if err != nil {
+		if where != "" {
+			// A remote server's words are not quoted (remoteError); its discovery error is
+			// logged by the registry.
+			return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("reading API discovery%s: %s", where, remoteError(err)), notReadyRecheck)
+		}
 		return stop(v1alpha1.ReasonWatchFailed, err.Error(), notReadyRecheck)
 	}
 	unresolved := describeUnresolved(req.rules, res.Unresolved)
@@ -211,7 +216,11 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	synced, werr := source.Status(req.owner)
 	switch {
 	case werr != nil:
-		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonWatchFailed, fmt.Sprintf("watching %s: %v", list, werr), notReadyRecheck
+		detail := werr.Error()
+		if where != "" {
+			detail = remoteError(werr) + where // client-go logs the watch error itself
+		}
+		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonWatchFailed, fmt.Sprintf("watching %s: %s", list, detail), notReadyRecheck
 	case !synced:
 		// The initial list has not finished: not known yet.
 		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionUnknown, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", list), progressRecheck
