@@ -203,6 +203,13 @@ func (cp *ControlPlane) startAPIServer(bin, etcdURL string, port int) (*process,
 		"--authorization-mode=RBAC",
 		"--profiling=false",
 	}
+	if cp.Admission.ListenAddr != "" {
+		admissionConfig, err := cp.writeAdmissionConfig()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--admission-control-config-file="+admissionConfig)
+	}
 	if !cp.noAudit {
 		args = append(args,
 			"--audit-policy-file="+policyPath,

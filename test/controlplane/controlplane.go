@@ -54,7 +54,15 @@ type Options struct {
 	// NoAuditWebhook starts kube-apiserver without an audit webhook, as on a managed cluster
 	// whose audit flags are out of reach (Audit still names an endpoint; nothing calls it).
 	NoAuditWebhook bool
+	// RemoteRoutes are the routes of the remote clusters StartRemote may start later: their
+	// apiservers' audit client certificates (common name RemoteAuditCertCN(route)) are bound
+	// to them in Audit.CertRoutes, for the kubescribe under test to be configured with.
+	RemoteRoutes []string
 }
+
+// RemoteAuditCertCN is the common name of the audit client certificate of the remote cluster
+// of route.
+func RemoteAuditCertCN(route string) string { return "kube-apiserver-" + route }
 
 // ControlPlane is a running control plane. Stop it when done.
 type ControlPlane struct {
@@ -68,6 +76,9 @@ type ControlPlane struct {
 	Git *GitServer
 	// Audit says where the kubescribe under test must serve the audit webhook.
 	Audit AuditEndpoint
+	// Admission says where the kubescribe under test must serve its admission webhooks: the
+	// apiserver presents a client certificate to that address (its AdmissionConfiguration).
+	Admission AdmissionEndpoint
 	// CA signed every certificate of the control plane.
 	CA *CA
 
@@ -81,6 +92,8 @@ type ControlPlane struct {
 	redis    *process
 	logPaths []string
 	noAudit  bool // Options.NoAuditWebhook
+	// remoteRoute is the route of a remote cluster's control plane (StartRemote).
+	remoteRoute string
 
 	stopOnce sync.Once
 	stopErr  error
@@ -100,10 +113,27 @@ type AuditEndpoint struct {
 	// ClientCAFile holds the CA that signed the apiserver's webhook client certificate (the
 	// test CA, so it also verifies every other certificate here).
 	ClientCAFile string
-	// TokenFile holds Token, a bearer token the apiserver is NOT configured with: for tests of
-	// kubescribe's token authentication.
-	TokenFile string
-	Token     string
+	// TokenFile holds Token, a bearer token the apiserver is NOT configured with, bound to the
+	// local route: for tests of kubescribe's token authentication. It also holds TenantToken,
+	// bound to TenantRoute only.
+	TokenFile   string
+	Token       string
+	TenantToken string
+	TenantRoute string
+	// CertRoutes binds the audit client certificates of the remote clusters of
+	// Options.RemoteRoutes to their routes (kubescribe's --audit-client-cert-routes).
+	CertRoutes map[string][]string
+}
+
+// AdmissionEndpoint is where the apiserver calls kubescribe's admission webhooks.
+type AdmissionEndpoint struct {
+	// ListenAddr is 127.0.0.1:port, chosen at start; the apiserver's admission kubeconfig
+	// names it, so it presents a client certificate (common name ClientCertCN, signed by the
+	// test CA) to a webhook at that address only.
+	ListenAddr string
+	// ClientCAFile verifies that certificate (the test CA).
+	ClientCAFile string
+	ClientCertCN string
 }
 
 // Start assembles and starts the control plane and waits until every part is ready. If any
@@ -150,17 +180,24 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err := os.WriteFile(caFile, cp.CA.CertPEM, 0o644); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
-	// etcd client, etcd peer, apiserver, redis, audit endpoint.
-	ports, err := FreePorts(5)
+	// etcd client, etcd peer, apiserver, redis, audit endpoint, admission endpoint.
+	ports, err := FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
 	etcdPort, etcdPeerPort, apiPort, redisPort, auditPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	cp.Admission = AdmissionEndpoint{ListenAddr: "127.0.0.1:" + strconv.Itoa(ports[5]), ClientCAFile: caFile, ClientCertCN: "kube-apiserver-admission"}
 	cp.apiURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	cp.RedisAddr = "127.0.0.1:" + strconv.Itoa(redisPort)
 
 	if err := cp.prepareAuditEndpoint(auditPort, opts.AuditRoute, caFile); err != nil {
 		return nil, err
+	}
+	for _, r := range opts.RemoteRoutes {
+		if cp.Audit.CertRoutes == nil {
+			cp.Audit.CertRoutes = map[string][]string{}
+		}
+		cp.Audit.CertRoutes[RemoteAuditCertCN(r)] = []string{r}
 	}
 	if err := cp.prepareUsers(); err != nil {
 		return nil, err
@@ -211,6 +248,10 @@ func (cp *ControlPlane) prepareAuditEndpoint(port int, route, caFile string) err
 	if err != nil {
 		return err
 	}
+	tenantToken, err := randomToken()
+	if err != nil {
+		return err
+	}
 	cp.Audit = AuditEndpoint{
 		ListenAddr:   addr,
 		URL:          "https://" + addr + "/audit/" + route,
@@ -219,11 +260,13 @@ func (cp *ControlPlane) prepareAuditEndpoint(port int, route, caFile string) err
 		ClientCAFile: caFile,
 		TokenFile:    filepath.Join(cp.Dir, "certs", "audit-token"),
 		Token:        token,
+		TenantToken:  tenantToken,
+		TenantRoute:  "tenant-a",
 	}
 	for path, data := range map[string][]byte{
 		cp.Audit.CertFile:  certPEM,
 		cp.Audit.KeyFile:   keyPEM,
-		cp.Audit.TokenFile: []byte(token + "\n"),
+		cp.Audit.TokenFile: []byte(token + "\n" + tenantToken + " " + cp.Audit.TenantRoute + "\n"),
 	} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return fmt.Errorf("controlplane: %w", err)
@@ -345,10 +388,46 @@ func (cp *ControlPlane) DumpLogs(w io.Writer, tailLines int) {
 	}
 }
 
+// writeAdmissionConfig writes the apiserver's AdmissionConfiguration: the
+// ValidatingAdmissionWebhook plugin presents a client certificate (ClientCertCN, signed by the
+// test CA) to a webhook at Admission.ListenAddr, as an operator configures it for kubescribe.
+func (cp *ControlPlane) writeAdmissionConfig() (string, error) {
+	certPEM, keyPEM, err := cp.CA.Issue(cp.Admission.ClientCertCN, nil, nil, true)
+	if err != nil {
+		return "", err
+	}
+	kc := clientcmdapi.NewConfig()
+	// The user's name is the webhook's host:port: the apiserver picks the credentials by it.
+	kc.AuthInfos[cp.Admission.ListenAddr] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	kubeconfig := filepath.Join(cp.Dir, "admission-webhook.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		return "", fmt.Errorf("controlplane: %w", err)
+	}
+	config := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: %q
+`, kubeconfig)
+	path := filepath.Join(cp.Dir, "admission-config.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return "", fmt.Errorf("controlplane: %w", err)
+	}
+	return path, nil
+}
+
 // writeAuditConfig writes the product's own audit policy and webhook kubeconfig, with a
-// client certificate for CN kube-apiserver, and returns their paths.
+// client certificate for CN kube-apiserver (RemoteAuditCertCN(route) for a remote), and
+// returns their paths.
 func (cp *ControlPlane) writeAuditConfig() (policyPath, webhookPath string, err error) {
-	certPEM, keyPEM, err := cp.CA.Issue("kube-apiserver", nil, nil, true)
+	cn := "kube-apiserver"
+	if cp.remoteRoute != "" {
+		cn = RemoteAuditCertCN(cp.remoteRoute)
+	}
+	certPEM, keyPEM, err := cp.CA.Issue(cn, nil, nil, true)
 	if err != nil {
 		return "", "", err
 	}

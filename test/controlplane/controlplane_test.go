@@ -141,7 +141,7 @@ func TestControlPlane(t *testing.T) {
 		}
 		token, err := os.ReadFile(cp.Audit.TokenFile)
 		require.NoError(t, err)
-		require.Equal(t, cp.Audit.Token, strings.TrimSpace(string(token)))
+		require.Equal(t, cp.Audit.Token+"\n"+cp.Audit.TenantToken+" "+cp.Audit.TenantRoute, strings.TrimSpace(string(token)))
 	})
 
 	t.Run("git server accepts pushes with the credentials only", func(t *testing.T) {

@@ -69,6 +69,9 @@ func (cp *ControlPlane) StartRemote(ctx context.Context, route string) (_ *Remot
 		tokens: cp.tokens,
 		apiURL: "https://127.0.0.1:" + strconv.Itoa(ports[2]),
 		Audit:  AuditEndpoint{URL: "https://" + cp.Audit.ListenAddr + "/audit/" + route},
+		// Its audit client certificate names it (RemoteAuditCertCN): bound to route when
+		// Options.RemoteRoutes listed it.
+		remoteRoute: route,
 	}
 	r := &Remote{Route: route, cp: rcp}
 	defer func() {

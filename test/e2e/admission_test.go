@@ -756,7 +756,14 @@ func forgeCandidate(t *testing.T, s *stack.Stack, user string, old, next *corev1
 	review, _ = json.Marshal(req)
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(s.CA.CertPEM))
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
+	// The forger holds an admission client certificate for the local route (an insider, or a
+	// stolen key): a stranger's review is refused before it is read (authn_test.go).
+	certPEM, keyPEM, err := s.CA.Issue("forger", nil, nil, true)
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert}}}, Timeout: 10 * time.Second}
 	resp, err := client.Post(s.AttributionURL(), "application/json", bytes.NewReader(review))
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -1,7 +1,8 @@
 // Package stack runs kubescribe end to end for the e2e tests and the demo: the real control
 // plane of test/controlplane, kubescribe's CRDs and RBAC from deploy/ installed into it, and
 // kubescribe itself in-process (through internal/app, as cmd/server runs it), authenticated as
-// the token user "kubescribe" bound to deploy/rbac.yaml's ClusterRole.
+// the token user "kubescribe" bound to deploy/rbac.yaml's ClusterRole, deploy/
+// rbac-attribution-webhook.yaml's, and a test-only ClusterRole reading every resource.
 package stack
 
 import (
@@ -53,6 +54,9 @@ type Options struct {
 	KubescribeConfig func(*rest.Config) (*rest.Config, error)
 	// NoAuditWebhook starts the apiserver without an audit webhook (a managed cluster).
 	NoAuditWebhook bool
+	// RemoteRoutes are the routes of remote clusters the tests may start (StartRemote):
+	// kubescribe binds their apiservers' audit client certificates to them.
+	RemoteRoutes []string
 	// AttributionSource is kubescribe's --attribution-source; "" keeps the default (audit).
 	AttributionSource string
 }
@@ -95,7 +99,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf, NoAuditWebhook: opts.NoAuditWebhook})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf, NoAuditWebhook: opts.NoAuditWebhook, RemoteRoutes: opts.RemoteRoutes})
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +127,14 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 // StartKubescribe starts kubescribe (again, after StopKubescribe) and waits until it is ready.
 // Its log is appended to LogPath.
 func (s *Stack) StartKubescribe(ctx context.Context) error {
+	return s.StartKubescribeAs(ctx, s.ControlPlane.UserConfig("kubescribe"))
+}
+
+// StartKubescribeAs is StartKubescribe with kubescribe authenticated by cfg instead of as the
+// token user "kubescribe" (for example as the ServiceAccount of deploy/rbac.yaml, holding
+// only what the install grants). Stop it with StopKubescribe; StartKubescribe starts the usual
+// one again.
+func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	cp := s.ControlPlane
 	s.LogPath = filepath.Join(cp.Dir, "kubescribe.log")
 	var err error
@@ -130,7 +142,7 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 		return err
 	}
 	o := app.DefaultOptions()
-	o.RestConfig = cp.UserConfig("kubescribe")
+	o.RestConfig = cfg
 	if s.kubescribeConfig != nil {
 		if o.RestConfig, err = s.kubescribeConfig(o.RestConfig); err != nil {
 			return err
@@ -142,6 +154,12 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 	o.TLSCertFile, o.TLSKeyFile = cp.Audit.CertFile, cp.Audit.KeyFile
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
+	o.AuditClientCertRoutes = cp.Audit.CertRoutes
+	// The apiserver presents its admission client certificate to this address only.
+	o.AdmissionClientCAFile = cp.Admission.ClientCAFile
+	if s.admissionAddr == "" && cp.Admission.ListenAddr != "" {
+		s.admissionAddr = cp.Admission.ListenAddr
+	}
 	if s.admissionAddr == "" {
 		// Chosen once, outside the ephemeral range, and bound again at every restart.
 		if s.admissionAddr, err = controlplane.FreeAddr(); err != nil {
@@ -200,11 +218,14 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 		"--audit-client-ca-file="+cp.Audit.ClientCAFile, "--audit-token-file="+cp.Audit.TokenFile,
 		// The CommitRequest webhook on the address it was registered with (disabled when no
 		// in-process kubescribe ran before to pick one).
-		"--admission-listen-address="+s.admissionAddr,
+		"--admission-listen-address="+s.admissionAddr, "--admission-client-ca-file="+cp.Admission.ClientCAFile,
 		"--shutdown-timeout=20s", "--attribution-grace="+grace.String(),
 		"--log-format=json", "--log-level=debug")
 	if s.AttributionSource != "" {
 		cmd.Args = append(cmd.Args, "--attribution-source="+s.AttributionSource)
+	}
+	for cn, routes := range cp.Audit.CertRoutes {
+		cmd.Args = append(cmd.Args, "--audit-client-cert-routes="+cn+"="+strings.Join(routes, ","))
 	}
 	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
 	if err := cmd.Start(); err != nil {
@@ -332,12 +353,7 @@ func (s *Stack) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubescribe-test-user"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "kubescribe"},
-		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "kubescribe"}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := s.grantTestUser(ctx, kube, root); err != nil {
 		return err
 	}
 	// Wait until the CRDs are served.
@@ -360,6 +376,63 @@ func (s *Stack) install(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// TestUserMirrorRole is the ClusterRole the token user "kubescribe" holds in the e2e stack on
+// top of deploy/rbac.yaml's: the tests mirror whatever they like from whatever namespace, so
+// they read every resource (Secrets included) cluster-wide, as no installation should. A test
+// of the least-privilege install runs kubescribe as another identity (StartKubescribeAs).
+const TestUserMirrorRole = "kubescribe-e2e-read-everything"
+
+// grantTestUser binds the token user "kubescribe" to deploy/rbac.yaml's ClusterRole, to
+// deploy/rbac-attribution-webhook.yaml's (for the tests that let kubescribe manage the
+// attribution webhook) and to TestUserMirrorRole.
+func (s *Stack) grantTestUser(ctx context.Context, kube kubernetes.Interface, root string) error {
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "rbac-attribution-webhook.yaml"))
+	if err != nil {
+		return err
+	}
+	// Only its ClusterRole: its binding names the ServiceAccount kubescribe/kubescribe, which
+	// the default install leaves without webhook rights.
+	var webhookRole *rbacv1.ClusterRole
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var cr rbacv1.ClusterRole
+		if err := dec.Decode(&cr); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("rbac-attribution-webhook.yaml: %w", err)
+		}
+		if cr.Kind == "ClusterRole" {
+			webhookRole = &cr
+		}
+	}
+	if webhookRole == nil {
+		return errors.New("rbac-attribution-webhook.yaml holds no ClusterRole")
+	}
+	webhookRole.ResourceVersion = ""
+	roles := []*rbacv1.ClusterRole{webhookRole, {
+		ObjectMeta: metav1.ObjectMeta{Name: TestUserMirrorRole},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
+	}}
+	for _, r := range roles {
+		if _, err := kube.RbacV1().ClusterRoles().Create(ctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	bindings := map[string]string{"kubescribe-test-user": "kubescribe", "kubescribe-test-user-webhook": webhookRole.Name,
+		"kubescribe-test-user-read-everything": TestUserMirrorRole}
+	for name, role := range bindings {
+		_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "kubescribe"}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // servedKinds counts the resources of list that are not subresources.

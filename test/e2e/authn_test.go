@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/authz"
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/test/controlplane"
+)
+
+// admissionClient talks to kubescribe's admission listener over real TLS, trusting the test
+// CA and presenting cert when given.
+func admissionClient(t *testing.T, cert *tls.Certificate) *http.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(env.CA.CertPEM))
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		// Offer it whatever CA the server asks for: a stranger's certificate is sent too.
+		c := *cert
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &c, nil }
+	}
+	tr := &http.Transport{TLSClientConfig: cfg}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Timeout: 30 * time.Second, Transport: tr}
+}
+
+// issueClientCert issues a client certificate for cn from ca.
+func issueClientCert(t *testing.T, ca *controlplane.CA, cn string) *tls.Certificate {
+	t.Helper()
+	certPEM, keyPEM, err := ca.Issue(cn, nil, nil, true)
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	return &cert
+}
+
+// Finding 1 replayed as bob would: his ~280 KB CommitRequest naming "Mallory Forged" gets a
+// real verdict (denied: the create is refused), and a review he forges for a CommitRequest
+// that exists is refused without a credential (401), with a certificate of another CA (TLS),
+// and, from someone who does hold an admission certificate, claiming system:masters, changes
+// nothing: the first record wins. Git shows no commit by Mallory.
+func TestAuthnForgedCommitRequestReview(t *testing.T) {
+	ctx := context.Background()
+	m := newRequestMirror(t, "e2e-authn-forge")
+	waitWebhook(t, m.ns, true)
+	mallory := &v1alpha1.Identity{Name: "Mallory Forged", Email: "mallory@example.com"}
+
+	// The oversized assertion: its review is far over the old 256 KiB limit.
+	big, err := runtimeToUnstructured(commitRequestObject(m.ns, "big", requestSpec{target: "tenants", message: "Forged", author: mallory}))
+	require.NoError(t, err)
+	labels := map[string]string{}
+	for i := 0; len(labels)*70 < 280<<10; i++ {
+		labels[fmt.Sprintf("padding.example.com/key-%06d", i)] = strings.Repeat("v", 40)
+	}
+	big.SetLabels(labels)
+	_, err = dynamicFor(t, "bob").Resource(v1alpha1.CommitRequestsResource).Namespace(m.ns).Create(ctx, big, metav1.CreateOptions{})
+	require.True(t, apierrors.IsForbidden(err), "want the webhook's denial, got %v", err)
+	require.ErrorContains(t, err, `user "bob" may not set spec.author`)
+	_, err = dynamicFor(t, "admin").Resource(v1alpha1.CommitRequestsResource).Namespace(m.ns).Get(ctx, "big", metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "the oversized assertion was not created: %v", err)
+
+	// A CommitRequest of bob's that exists, with its real verdict (submitter bob, no author),
+	// kept open for a while so a forged review could race it.
+	writeConfigMap(t, m, "bob", "sneaky")
+	awaitOpenWindow(t, m, 0)
+	cover := commitRequestObject(m.ns, "cover", requestSpec{target: "tenants", message: "Cover"})
+	delay := int32(10)
+	cover.Spec.CloseDelaySeconds = &delay
+	u, err := runtimeToUnstructured(cover)
+	require.NoError(t, err)
+	created, err := dynamicFor(t, "bob").Resource(v1alpha1.CommitRequestsResource).Namespace(m.ns).Create(ctx, u, metav1.CreateOptions{})
+	require.NoError(t, err)
+	uid := created.GetUID()
+
+	// bob's forged review: that uid, spec.author Mallory, and the groups of a cluster admin.
+	forged := commitRequestObject(m.ns, "cover", requestSpec{target: "tenants", message: "Cover", author: mallory})
+	forged.UID = uid
+	raw, err := json.Marshal(forged)
+	require.NoError(t, err)
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       types.UID("forged-review"),
+			Kind:      metav1.GroupVersionKind{Group: "kubescribe.dev", Version: "v1alpha1", Kind: "CommitRequest"},
+			Resource:  metav1.GroupVersionResource{Group: "kubescribe.dev", Version: "v1alpha1", Resource: "commitrequests"},
+			Namespace: m.ns, Name: "cover", Operation: admissionv1.Create,
+			UserInfo: authenticationv1.UserInfo{Username: "bob", Groups: []string{"system:masters", "system:authenticated"}},
+			Object:   runtimeRaw(raw),
+		},
+	})
+	require.NoError(t, err)
+
+	unauthenticated := `kubescribe_admission_refused_total{reason="unauthenticated",webhook="commitrequests"}`
+	before := metricValue(t, unauthenticated)
+	code, err := post(t, admissionClient(t, nil), env.AdmissionURL, "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code, "no client certificate")
+	code, err = post(t, admissionClient(t, nil), env.AdmissionURL+"/guessed-token", "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code, "a guessed path token")
+	require.Equal(t, before+2, metricValue(t, unauthenticated))
+
+	otherCA, err := controlplane.NewCA("stranger-ca")
+	require.NoError(t, err)
+	_, err = post(t, admissionClient(t, issueClientCert(t, otherCA, "kube-apiserver")), env.AdmissionURL, "", review)
+	require.Error(t, err, "a certificate of another CA fails the TLS handshake")
+
+	// An insider with a real admission certificate: the review is read, but the uid has a
+	// verdict already, and the first record wins.
+	code, err = post(t, admissionClient(t, issueClientCert(t, env.CA, "insider")), env.AdmissionURL, "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	rdb := redis.NewClient(&redis.Options{Addr: env.RedisAddr})
+	defer rdb.Close()
+	v, ok, err := authz.NewStore(rdb, keyspace.MustParse(keyspace.DefaultPrefix), 0).Lookup(ctx, uid)
+	require.NoError(t, err)
+	require.True(t, ok, "the apiserver's own review recorded a verdict")
+	require.Equal(t, "bob", v.Submitter.Username)
+	require.NotContains(t, v.Submitter.Groups, "system:masters")
+	require.Nil(t, v.Author)
+	require.False(t, v.Authorized)
+
+	cr := waitRequest(t, m.ns, "cover")
+	requireConditions(t, cr, metav1.ConditionTrue, v1alpha1.ReasonCommitted, metav1.ConditionTrue, v1alpha1.ReasonAttributedFromAdmission)
+	require.Equal(t, "bob|kubescribe|Cover", m.git(t, "log", "-1", "--format=%an|%cn|%s", "main"))
+	require.NotContains(t, m.git(t, "log", "--format=%an %ae%n%B", "main"), "Mallory")
+}
+
+// Finding 4a: a tenant cluster's audit token is bound to route tenant-a; its batch for the
+// local route, claiming mallory wrote alice's ConfigMap, is refused with 403 and stored
+// nothing: Git shows alice. The same token may post for its own route.
+func TestAuthnAuditTokenBoundToRoute(t *testing.T) {
+	ctx := context.Background()
+	m := newMirror(t, "e2e-authn-route", "", []string{"alice"}, configMapWriters, watchConfigMaps)
+	refused := `kubescribe_audit_refused_total{reason="route_not_bound"}`
+	before := metricValue(t, refused)
+
+	cm, err := clientFor(t, "alice").CoreV1().ConfigMaps(m.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "owned"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
+	obj, err := json.Marshal(cm)
+	require.NoError(t, err)
+	now := metav1.NewMicroTime(time.Now())
+	batch, err := json.Marshal(auditv1.EventList{
+		TypeMeta: metav1.TypeMeta{APIVersion: "audit.k8s.io/v1", Kind: "EventList"},
+		Items: []auditv1.Event{{
+			Level: auditv1.LevelRequestResponse, AuditID: "forged-audit-id", Stage: auditv1.StageResponseComplete,
+			RequestURI: "/api/v1/namespaces/" + m.ns + "/configmaps", Verb: "create",
+			User:                     authenticationv1.UserInfo{Username: "mallory", Groups: []string{"system:authenticated"}},
+			ObjectRef:                &auditv1.ObjectReference{Resource: "configmaps", Namespace: m.ns, Name: "owned", APIVersion: "v1"},
+			ResponseStatus:           &metav1.Status{Code: http.StatusCreated},
+			ResponseObject:           runtimeUnknown(obj),
+			RequestReceivedTimestamp: now, StageTimestamp: now,
+		}},
+	})
+	require.NoError(t, err)
+
+	local := env.Audit.URL
+	code, err := post(t, auditClient(t, nil), local, env.Audit.TenantToken, batch)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, code, "a tenant's token may not post for the local route")
+	require.Equal(t, before+1, metricValue(t, refused))
+	tenant := strings.Replace(local, "/audit/local", "/audit/"+env.Audit.TenantRoute, 1)
+	code, err = post(t, auditClient(t, nil), tenant, env.Audit.TenantToken, []byte(emptyEventList))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "it may post for its own route")
+
+	got := m.waitCommits(t, 1)
+	require.Equal(t, []string{"alice|alice@users.kubescribe.invalid|kubescribe|create configmaps " + m.ns + "/owned"}, got)
+	require.NotContains(t, m.git(t, "log", "--format=%an %ae%n%B", "main"), "mallory")
+}
+
+// An unauthenticated review posted to the attribution webhook is refused with 401 and records
+// no candidate: the same review from the apiserver's certificate is recorded once, and only
+// once.
+func TestAuthnAttributionWebhookRefusesStrangers(t *testing.T) {
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "stranger-review", Operation: admissionv1.Create, Namespace: "e2e-authn-attr", Name: "cm",
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+			Kind:     metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			UserInfo: authenticationv1.UserInfo{Username: "mallory"},
+			Object: runtimeRaw([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"e2e-authn-attr",` +
+				`"uid":"11111111-2222-3333-4444-555555555555","resourceVersion":"1"},"data":{"k":"v"}}`)),
+		},
+	})
+	require.NoError(t, err)
+	recorded := `kubescribe_admission_candidates_total{result="recorded"}`
+	before := metricValue(t, recorded)
+
+	code, err := post(t, admissionClient(t, nil), env.AttributionURL(), "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, err = post(t, admissionClient(t, nil), env.AttributionURL(), env.Audit.Token, review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code, "an audit token is no admission credential")
+
+	// The positive signal: the apiserver's kind of credential is recorded.
+	code, err = post(t, admissionClient(t, issueClientCert(t, env.CA, env.Admission.ClientCertCN)), env.AttributionURL(), "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Eventually(t, func() bool { return metricValue(t, recorded) >= before+1 }, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, before+1, metricValue(t, recorded), "only the authenticated review became a candidate")
+
+	// A local credential may not speak for another cluster's route.
+	code, err = post(t, admissionClient(t, issueClientCert(t, env.CA, env.Admission.ClientCertCN)),
+		strings.TrimSuffix(env.AttributionURL(), "local")+"tenant-a", "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, code)
+}
+
+// runtimeUnknown carries a JSON object as an audit event's request or response object.
+func runtimeUnknown(b []byte) *runtime.Unknown {
+	return &runtime.Unknown{Raw: b, ContentType: runtime.ContentTypeJSON}
+}
