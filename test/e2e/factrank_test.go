@@ -23,8 +23,8 @@ func forgedEvent(cm *corev1.ConfigMap, verb, user, auditID string, stage time.Ti
 	ev := map[string]any{
 		"level": "RequestResponse", "auditID": auditID, "stage": "ResponseComplete",
 		"requestURI": "/api/v1/namespaces/" + cm.Namespace + "/configmaps/" + cm.Name, "verb": verb,
-		"user":      map[string]any{"username": user, "groups": []string{"system:authenticated"}},
-		"objectRef": map[string]any{"resource": "configmaps", "namespace": cm.Namespace, "name": cm.Name, "uid": string(cm.UID), "apiVersion": "v1"},
+		"user":                     map[string]any{"username": user, "groups": []string{"system:authenticated"}},
+		"objectRef":                map[string]any{"resource": "configmaps", "namespace": cm.Namespace, "name": cm.Name, "uid": string(cm.UID), "apiVersion": "v1"},
 		"responseStatus":           map[string]any{"metadata": map[string]any{}, "code": 200},
 		"requestObject":            map[string]any{"data": map[string]string{"k": "forged"}},
 		"responseObject":           map[string]any{"kind": "ConfigMap", "apiVersion": "v1", "metadata": meta, "data": cm.Data},
