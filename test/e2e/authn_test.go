@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -236,4 +237,44 @@ func TestAuthnAttributionWebhookRefusesStrangers(t *testing.T) {
 // runtimeUnknown carries a JSON object as an audit event's request or response object.
 func runtimeUnknown(b []byte) *runtime.Unknown {
 	return &runtime.Unknown{Raw: b, ContentType: runtime.ContentTypeJSON}
+}
+
+// The CommitRequest webhook's two entries, as the real apiserver evaluates their
+// matchConditions: with kubescribe unreachable, a request asserting an author is refused
+// (failurePolicy Fail), and one without is admitted (Ignore).
+func TestAuthnAssertedAuthorFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	m := newRequestMirror(t, "e2e-authn-failclosed")
+	waitWebhook(t, m.ns, true)
+
+	// A second registration of the same configuration, for this namespace only, pointing at an
+	// address where nothing listens: every call to it fails.
+	dead, err := controlplane.FreeAddr()
+	require.NoError(t, err)
+	url := "https://" + dead + authz.Path
+	cfg := authz.WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: env.CA.CertPEM})
+	cfg.Name = "e2e-authn-unreachable"
+	for i := range cfg.Webhooks {
+		cfg.Webhooks[i].Name = "unreachable-" + cfg.Webhooks[i].Name
+		cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": m.ns}}
+	}
+	vwcs := clientFor(t, "admin").AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	_, err = vwcs.Create(ctx, cfg, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = vwcs.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{}) })
+
+	// alice may assert authors on tenants, but kubescribe (this registration of it) cannot be
+	// asked: refused, once the apiserver calls the new registration.
+	jane := &v1alpha1.Identity{Name: "Jane Tenant", Email: "jane@tenants.example.com"}
+	i := 0
+	var last error
+	require.True(t, poll(60*time.Second, func() bool {
+		i++
+		last = submit(t, "alice", m.ns, fmt.Sprintf("asserted-%d", i), requestSpec{target: "tenants", message: "m", author: jane}, true)
+		return last != nil && strings.Contains(last.Error(), "failed calling webhook")
+	}), "an asserted author is refused while kubescribe cannot be called; last answer: %v", last)
+	require.ErrorContains(t, last, "unreachable-"+authz.AuthorWebhookName)
+
+	// Without spec.author the unreachable entry is ignored.
+	require.NoError(t, submit(t, "alice", m.ns, "plain", requestSpec{target: "tenants", message: "m"}, true))
 }
