@@ -134,6 +134,11 @@ type AdmissionEndpoint struct {
 	// ClientCAFile verifies that certificate (the test CA).
 	ClientCAFile string
 	ClientCertCN string
+	// TokenFile holds Token, bound to the local route: kubescribe's --admission-token-file,
+	// for a webhook URL carrying the token (as on a managed cluster, whose apiserver presents
+	// no certificate: the apiserver presents none to a host other than ListenAddr's).
+	TokenFile string
+	Token     string
 }
 
 // Start assembles and starts the control plane and waits until every part is ready. If any
@@ -186,7 +191,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	etcdPort, etcdPeerPort, apiPort, redisPort, auditPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	cp.Admission = AdmissionEndpoint{ListenAddr: "127.0.0.1:" + strconv.Itoa(ports[5]), ClientCAFile: caFile, ClientCertCN: "kube-apiserver-admission"}
+	cp.Admission = AdmissionEndpoint{ListenAddr: "127.0.0.1:" + strconv.Itoa(ports[5]), ClientCAFile: caFile, ClientCertCN: "kube-apiserver-admission",
+		TokenFile: filepath.Join(dir, "certs", "admission-token")}
+	if cp.Admission.Token, err = randomToken(); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cp.Admission.TokenFile, []byte(cp.Admission.Token+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
 	cp.apiURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	cp.RedisAddr = "127.0.0.1:" + strconv.Itoa(redisPort)
 

@@ -278,3 +278,65 @@ func TestAuthnAssertedAuthorFailsClosed(t *testing.T) {
 	// Without spec.author the unreachable entry is ignored.
 	require.NoError(t, submit(t, "alice", m.ns, "plain", requestSpec{target: "tenants", message: "m"}, true))
 }
+
+// A managed cluster's apiserver presents no client certificate (here: it presents one only to
+// 127.0.0.1:<port>, and this registration names localhost): it authenticates with the token in
+// the webhook's URL path. A wrong token is refused (401, so the asserted create fails closed),
+// the right one is served.
+func TestAuthnManagedClusterPathToken(t *testing.T) {
+	ctx := context.Background()
+	m := newRequestMirror(t, "e2e-authn-token")
+	env.AdmissionToken = true
+	require.NoError(t, env.StopKubescribe())
+	require.NoError(t, env.StartKubescribe(ctx))
+	t.Cleanup(func() {
+		env.AdmissionToken = false
+		require.NoError(t, env.StopKubescribe())
+		require.NoError(t, env.StartKubescribe(context.Background()))
+	})
+	waitWebhook(t, m.ns, true)
+
+	vwcs := clientFor(t, "admin").AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	register := func(name, token string) {
+		url := strings.Replace(env.AdmissionURL, "127.0.0.1", "localhost", 1) + "/" + token
+		cfg := authz.WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: env.CA.CertPEM})
+		cfg.Name = name
+		for i := range cfg.Webhooks {
+			cfg.Webhooks[i].Name = name + "-" + cfg.Webhooks[i].Name
+			cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": m.ns}}
+		}
+		_, err := vwcs.Create(ctx, cfg, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = vwcs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	jane := &v1alpha1.Identity{Name: "Jane Tenant", Email: "jane@tenants.example.com"}
+	i := 0
+	assert := func() error {
+		i++
+		return submit(t, "alice", m.ns, fmt.Sprintf("asserted-%d", i), requestSpec{target: "tenants", message: "m", author: jane}, true)
+	}
+
+	unauthenticated := `kubescribe_admission_refused_total{reason="unauthenticated",webhook="commitrequests"}`
+	before := metricValue(t, unauthenticated)
+	register("wrong-token", "guessed")
+	var last error
+	require.True(t, poll(60*time.Second, func() bool {
+		last = assert()
+		return last != nil && strings.Contains(last.Error(), "failed calling webhook")
+	}), "a wrong path token is refused; last answer: %v", last)
+	require.Greater(t, metricValue(t, unauthenticated), before)
+	require.NoError(t, vwcs.Delete(ctx, "wrong-token", metav1.DeleteOptions{}))
+	require.True(t, poll(60*time.Second, func() bool { return assert() == nil }), "the wrong registration is gone")
+
+	// The right token: every assertion is now reviewed twice (the certificate's registration
+	// and the token's), and none is refused as unauthenticated.
+	register("path-token", env.Admission.Token)
+	served := `kubescribe_authz_requests_total{code="200"}`
+	before = metricValue(t, unauthenticated)
+	require.True(t, poll(60*time.Second, func() bool {
+		n := metricValue(t, served)
+		last = assert()
+		return last == nil && metricValue(t, served)-n == 2
+	}), "the token's registration is served; last answer: %v", last)
+	require.Equal(t, before, metricValue(t, unauthenticated))
+}

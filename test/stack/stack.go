@@ -87,6 +87,10 @@ type Stack struct {
 	// AttributionSource is kubescribe's --attribution-source from its next start on; "" is
 	// the default.
 	AttributionSource string
+	// AdmissionToken gives kubescribe, from its next start on (in-process only), the control
+	// plane's admission token file (Admission.TokenFile): its admission webhooks then also
+	// accept Admission.Token in their URL path, as for a managed cluster.
+	AdmissionToken bool
 	// ManageAttributionWebhook makes kubescribe, from its next start on, manage the
 	// attribution webhook configuration, reached at its admission address with the control
 	// plane's CA.
@@ -157,6 +161,9 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	o.AuditClientCertRoutes = cp.Audit.CertRoutes
 	// The apiserver presents its admission client certificate to this address only.
 	o.AdmissionClientCAFile = cp.Admission.ClientCAFile
+	if s.AdmissionToken {
+		o.AdmissionTokenFile = cp.Admission.TokenFile
+	}
 	if s.admissionAddr == "" && cp.Admission.ListenAddr != "" {
 		s.admissionAddr = cp.Admission.ListenAddr
 	}
