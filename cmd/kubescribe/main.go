@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 func main() {
@@ -93,7 +94,8 @@ func webhookConfig(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("audit-webhook-config", flag.ContinueOnError)
 	url := fs.String("url", "", "kubescribe's audit endpoint, e.g. https://kubescribe.kubescribe.svc:8443/audit/local")
 	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token (first line) the apiserver presents")
+	tokenFile := fs.String("token-file", "", "kubescribe's --audit-token-file: the apiserver presents its first token bound to the URL's route")
+	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")
 	certFile := fs.String("client-cert", "", "PEM client certificate the apiserver presents")
 	keyFile := fs.String("client-key", "", "PEM key of --client-cert")
 	if err := fs.Parse(args); err != nil {
@@ -108,11 +110,18 @@ func webhookConfig(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
+		// The route is the URL's last segment (/audit/<route>); the token must be bound to it.
+		route := (*url)[strings.LastIndexByte(*url, '/')+1:]
+		if !audit.ValidRoute(route) || !audit.ValidRoute(*clusterName) {
+			return fmt.Errorf("--url must end in /audit/<route> and --cluster-name must be a DNS label to pick a token of --token-file")
+		}
+		tokens, err := audit.LoadTokenFile("audit token file", *tokenFile, *clusterName)
 		if err != nil {
 			return err
 		}
-		c.Token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+		if c.Token = reviewhttp.TokenFor(tokens, route); c.Token == "" {
+			return fmt.Errorf("audit token file %q: no token is bound to route %q", *tokenFile, route)
+		}
 	}
 	if *certFile != "" || *keyFile != "" {
 		if c.ClientCertData, err = os.ReadFile(*certFile); err != nil {

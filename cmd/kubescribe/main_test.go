@@ -32,11 +32,22 @@ func TestAuditWebhookConfig(t *testing.T) {
 	require.Equal(t, "https://kubescribe.kubescribe.svc:8443/audit/local", cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server)
 	require.Equal(t, "t0ken", cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token)
 
+	// A token file of several clusters: the apiserver of route tenant-a presents tenant-a's.
+	tokens := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("# tokens\nlocal-t0ken\ntenant-t0ken tenant-a,tenant-b\n"), 0o600))
+	out.Reset()
+	code = run([]string{"audit-webhook-config", "--url", "https://k:8443/audit/tenant-b", "--ca-file", ca, "--token-file", tokens}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	cfg, err = clientcmd.Load(out.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, "tenant-t0ken", cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token)
+
 	tests := map[string][]string{
 		"no credentials": {"audit-webhook-config", "--url", "https://k:8443/audit/local", "--ca-file", ca},
 		"plain http":     {"audit-webhook-config", "--url", "http://k:8443/audit/local", "--ca-file", ca, "--token-file", token},
 		"no CA":          {"audit-webhook-config", "--url", "https://k:8443/audit/local", "--token-file", token},
 		"unknown":        {"frobnicate"},
+		"no token bound": {"audit-webhook-config", "--url", "https://k:8443/audit/tenant-c", "--ca-file", ca, "--token-file", token},
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {
