@@ -24,8 +24,8 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 	rawURL := fs.String("url", "", "kubescribe's admission endpoint, e.g. https://10.0.0.5:9443/validate/commitrequests")
 	service := fs.String("service", "", "the Service in front of kubescribe, as namespace/name[:port] (port 9443 by default)")
 	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
-	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --route goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
-	route := fs.String("route", "local", "kubescribe's --cluster-name: the route the token must be bound to")
+	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --cluster-name goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
+	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the CommitRequest webhook serves that route only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 		}
 		cc.Service = ref
 	}
-	if err := addPathToken(&cc, *tokenFile, *route); err != nil {
+	if err := addPathToken(&cc, *tokenFile, *clusterName, *clusterName); err != nil {
 		return err
 	}
 	out, err := yaml.Marshal(authz.WebhookConfiguration(cc))
@@ -71,15 +71,16 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 }
 
 // addPathToken puts the first token of kubescribe's admission token file bound to route into
-// cc's path; nothing without a file. Errors name the file, never a token.
-func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, route string) error {
+// cc's path (a line without routes is bound to clusterName, kubescribe's --cluster-name);
+// nothing without a file. Errors name the file, never a token.
+func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, route, clusterName string) error {
 	if tokenFile == "" {
 		return nil
 	}
-	if !audit.ValidRoute(route) {
-		return fmt.Errorf("--route %q must be a DNS label", route)
+	if !audit.ValidRoute(route) || !audit.ValidRoute(clusterName) {
+		return fmt.Errorf("the route %q and --cluster-name %q must be DNS labels", route, clusterName)
 	}
-	tokens, err := audit.LoadTokenFile("admission token file", tokenFile, route)
+	tokens, err := audit.LoadTokenFile("admission token file", tokenFile, clusterName)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ func attributionWebhookConfig(args []string, stdout io.Writer) error {
 	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
 	route := fs.String("route", "local", "the cluster's name in kubescribe (its --cluster-name)")
 	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --route goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
+	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")
 	var resources, exclude listFlag
 	fs.Var(&resources, "resource", "a watched resource, [group/]resource[:OP,OP] with OP one of CREATE, UPDATE, DELETE (all by default); repeat it")
 	fs.Var(&exclude, "exclude-namespace", "a namespace never sent to the webhook besides kube-system (default: kubescribe); repeat it")
@@ -56,7 +57,7 @@ func attributionWebhookConfig(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := addPathToken(&cc, *tokenFile, *route); err != nil {
+	if err := addPathToken(&cc, *tokenFile, *route, *clusterName); err != nil {
 		return err
 	}
 	var rs []admission.Resource

@@ -67,3 +67,26 @@ func TestAttributionWebhookConfig(t *testing.T) {
 		require.Empty(t, out.String(), name)
 	}
 }
+
+// A managed cluster's apiserver authenticates with the token bound to --route, in the path.
+func TestAttributionWebhookConfigPathToken(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
+	tokens := filepath.Join(dir, "admission-token")
+	require.NoError(t, os.WriteFile(tokens, []byte("local-tok\nprod-tok prod\n"), 0o600))
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"attribution-webhook-config", "--ca-file", ca, "--service", "kubescribe/kubescribe", "--route", "prod",
+		"--token-file", tokens, "--resource", "configmaps"}, &out, &errOut), errOut.String())
+	var c admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), &c))
+	require.Equal(t, "/validate/attribution/prod/prod-tok", *c.Webhooks[0].ClientConfig.Service.Path)
+
+	out.Reset()
+	errOut.Reset()
+	require.Equal(t, 1, run([]string{"attribution-webhook-config", "--ca-file", ca, "--url", "https://h", "--route", "edge",
+		"--token-file", tokens, "--resource", "configmaps"}, &out, &errOut))
+	require.Contains(t, errOut.String(), `no token is bound to route "edge"`)
+	require.NotContains(t, errOut.String(), "local-tok")
+	require.NotContains(t, errOut.String(), "prod-tok")
+}

@@ -72,7 +72,7 @@ const (
 	verdictSubmitter  = "submitter"  // recorded without an asserted author
 	verdictAuthorized = "authorized" // assertion allowed and recorded
 	verdictDenied     = "denied"     // assertion refused at admission
-	verdictUnrecorded = "unrecorded" // admitted, but nothing recorded (dry run or a failure)
+	verdictUnrecorded = "unrecorded" // nothing recorded: a dry run, or a failure (a request asserting an author is then refused)
 )
 
 // NewMetrics registers the admission metrics with reg.
@@ -205,13 +205,20 @@ func (h *handler) review(ctx context.Context, rv *review) *admissionv1.Admission
 		return resp // a dry run records nothing
 	}
 	if err := h.opts.Verdicts.Record(ctx, v); err != nil {
-		log.Error("recording the verdict failed; the request is admitted but closes no window", "err", err)
 		h.opts.Metrics.verdicts.WithLabelValues(verdictUnrecorded).Inc()
-		warning := "kubescribe could not record who submitted this request: it will close no window"
 		if v.Author != nil {
-			warning += " and spec.author will be ignored"
+			// Fail closed, as the webhook's failurePolicy does for an assertion: admitted
+			// without a verdict, the request would wait for one that anyone holding an admission
+			// credential could then supply first.
+			log.Error("recording the verdict failed; the request asserting an author is refused", "err", err)
+			resp.Allowed = false
+			resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable,
+				Reason:  metav1.StatusReasonServiceUnavailable,
+				Message: "kubescribe could not record the verdict of this request, so spec.author could not be honoured: create it again later, or without spec.author"}
+			return resp
 		}
-		resp.Warnings = append(resp.Warnings, warning)
+		log.Error("recording the verdict failed; the request is admitted but closes no window", "err", err)
+		resp.Warnings = append(resp.Warnings, "kubescribe could not record who submitted this request: it will close no window")
 		return resp
 	}
 	h.opts.Metrics.verdicts.WithLabelValues(outcome).Inc()

@@ -183,7 +183,7 @@ func TestReviewDryRunRecordsNothing(t *testing.T) {
 	require.Empty(t, rec.verdicts)
 }
 
-func TestReviewFailuresAdmitWithoutRecordOfTheAssertion(t *testing.T) {
+func TestReviewFailures(t *testing.T) {
 	// The SubjectAccessReview fails: admitted, recorded as not authorized, with a warning.
 	rev, rec := &fakeReviewer{err: errors.New("apiserver unavailable")}, &fakeRecorder{}
 	_, resp := post(t, newTestHandler(t, rev, rec), reviewBody(t, "alice", commitRequest("tenants", jane), false))
@@ -192,11 +192,17 @@ func TestReviewFailuresAdmitWithoutRecordOfTheAssertion(t *testing.T) {
 	require.Len(t, rec.verdicts, 1)
 	require.False(t, rec.verdicts[0].Authorized)
 
-	// The store fails: admitted with a warning.
+	// The store fails: a request without an author is admitted with a warning...
 	rev, rec = &fakeReviewer{allowed: map[string]string{"alice": "tenants"}}, &fakeRecorder{err: errors.New("redis down")}
-	_, resp = post(t, newTestHandler(t, rev, rec), reviewBody(t, "alice", commitRequest("tenants", jane), false))
+	_, resp = post(t, newTestHandler(t, rev, rec), reviewBody(t, "alice", commitRequest("tenants", nil), false))
 	require.True(t, resp.Allowed)
-	require.Contains(t, resp.Warnings[0], "spec.author will be ignored")
+	require.Contains(t, resp.Warnings[0], "it will close no window")
+	// ...and one asserting an author is refused: without a verdict, whoever posted one first
+	// would decide it.
+	_, resp = post(t, newTestHandler(t, rev, rec), reviewBody(t, "alice", commitRequest("tenants", jane), false))
+	require.False(t, resp.Allowed)
+	require.Equal(t, int32(http.StatusServiceUnavailable), resp.Result.Code)
+	require.Contains(t, resp.Result.Message, "could not record the verdict")
 }
 
 func TestReviewOtherOperationsAreAllowed(t *testing.T) {

@@ -244,7 +244,8 @@ func TestCommitRequestWebhookBypassed(t *testing.T) {
 }
 
 // With Redis stopped while the webhook is up, alice's (authorized) assertion cannot be
-// recorded: it is admitted, and ignored.
+// recorded: it is refused (admitted without a verdict, anyone holding an admission credential
+// could supply one). Her request without an author is admitted, and closes no window.
 func TestCommitRequestRedisDown(t *testing.T) {
 	m := newRequestMirror(t, "e2e-cr-redis")
 	waitWebhook(t, m.ns, true)
@@ -259,12 +260,14 @@ func TestCommitRequestRedisDown(t *testing.T) {
 		}
 	})
 	eve := &v1alpha1.Identity{Name: "Eve Asserted", Email: "eve@example.com"}
-	require.NoError(t, submit(t, "alice", m.ns, "unrecorded", requestSpec{target: "tenants", message: "Unrecorded", author: eve}, false))
+	err := submit(t, "alice", m.ns, "asserted", requestSpec{target: "tenants", message: "Unrecorded", author: eve}, false)
+	require.ErrorContains(t, err, "could not record the verdict")
+	require.NoError(t, submit(t, "alice", m.ns, "unrecorded", requestSpec{target: "tenants", message: "Unrecorded"}, false))
 	require.NoError(t, env.StartRedis())
 	restarted = true
 
 	cr := waitRequest(t, m.ns, "unrecorded")
-	requireConditions(t, cr, metav1.ConditionFalse, v1alpha1.ReasonSubmitterUnknown, metav1.ConditionFalse, v1alpha1.ReasonAuthorAssertionUnverified)
+	requireConditions(t, cr, metav1.ConditionFalse, v1alpha1.ReasonSubmitterUnknown, metav1.ConditionFalse, v1alpha1.ReasonCommitterFallback)
 	writeConfigMap(t, m, "bob", "next")
 	awaitOpenWindow(t, m, 1)
 	require.Equal(t, "alice|create configmaps "+m.ns+"/change", m.git(t, "log", "-1", "--format=%an|%s", "main"))
