@@ -6,6 +6,7 @@
 //	kubescribe attribution-webhook-config   the attribution ValidatingWebhookConfiguration (managed clusters)
 //	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
 //	kubescribe export [flags] DIR           write a live cluster's declared objects into DIR
+//	kubescribe rbac [flags]                 the least-privilege RBAC for the rules present
 //
 // docs/cli.md describes every command, flag and exit code.
 package main
@@ -48,6 +49,10 @@ const usage = `usage:
   kubescribe export [--kubeconfig FILE] [--context NAME] [--api-groups G,..] [--resources R,..]
                     [--namespaces NS,..] [--commit [--author "N <e>"] [--message M]] DIR
       write the declared form of a cluster's objects into DIR, in the writer's layout
+  kubescribe rbac [--kubeconfig FILE] [--context NAME] [-f FILE|DIR|- ...] [--source-cluster ROUTE]
+                  [--service-account NS/NAME | --user NAME | --group NAME ...] [--name NAME]
+      print the least-privilege ClusterRole, Roles and bindings the WatchRules, ClusterWatchRules,
+      GitProviders and GitTargets present need (kubectl apply -f -)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -65,6 +70,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return scanCmd(ctx, args[1:], stdout, stderr)
 	case "export":
 		return exportCmd(ctx, args[1:], stdout, stderr)
+	case "rbac":
+		return rbacCmd(ctx, args[1:], stdout, stderr)
 
 	case "audit-policy":
 		_, err = stdout.Write(audit.Policy())
