@@ -54,6 +54,7 @@ test: deps kube-apiserver
 ## testdata/fuzz/ and fails the run.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
+	./internal/admission:FuzzCandidate \
 	./internal/audit:FuzzDecode \
 	./internal/authz:FuzzDecodeReview \
 	./internal/controller:FuzzRestConfigFromKubeconfig
