@@ -42,6 +42,9 @@ type HandlerOptions struct {
 	Logger *slog.Logger
 	// Metrics defaults to metrics registered nowhere.
 	Metrics *Metrics
+	// Deliveries, when set, is told of every batch stored and every batch the store failed
+	// (the join waits longer for the facts the apiserver may still be retrying).
+	Deliveries *Deliveries
 }
 
 var routeRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -56,11 +59,12 @@ func ValidRoute(route string) bool {
 }
 
 type handler struct {
-	store   FactStore
-	max     int64
-	authn   Authenticator
-	log     *slog.Logger
-	metrics *Metrics
+	store      FactStore
+	max        int64
+	authn      Authenticator
+	log        *slog.Logger
+	metrics    *Metrics
+	deliveries *Deliveries
 }
 
 // NewHandler returns the audit webhook endpoint: POST /audit/{route}, where route names the
@@ -83,6 +87,8 @@ func NewHandler(opts HandlerOptions) (http.Handler, error) {
 		authn:   opts.Authenticator,
 		log:     opts.Logger,
 		metrics: opts.Metrics,
+
+		deliveries: opts.Deliveries,
 	}
 	if h.max == 0 {
 		h.max = DefaultMaxBodyBytes
@@ -192,6 +198,7 @@ func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(facts) > 0 {
 		if err := h.store.StoreFacts(r.Context(), facts); err != nil {
+			h.deliveries.Failed(route, time.Now())
 			log.Error("storing audit facts failed; answering 503 so the apiserver retries",
 				"err", err, "facts", len(facts), "events", stats.Events)
 			http.Error(w, "fact store unavailable", http.StatusServiceUnavailable)
@@ -205,6 +212,7 @@ func (h *handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 			"events", malformedSummary(stats.Malformed, maxLoggedMalformed))
 	}
 	log.Debug("audit batch stored", "events", stats.Events, "facts", stats.Kept)
+	h.deliveries.Delivered(route, time.Now())
 	w.WriteHeader(http.StatusOK)
 }
 
