@@ -22,6 +22,21 @@ import (
 // second or two after the watch event.
 const DefaultGrace = 5 * time.Second
 
+// DefaultResumeGrace is how long a change waits for a fact the kube-apiserver may still be
+// retrying: a change made while nothing watched (found by a resumed stream), or a live change
+// whose audit batch may have failed. The apiserver's audit webhook, with its defaults
+// (k8s.io/apiserver v0.37), delivers an event's batch at the latest
+//
+//	30s     --audit-webhook-batch-max-wait: the event waits in the buffer until its batch is cut
+//	2.5s    the batch throttle (10 batches/s): a full buffer of 10,000 events is 25 batches
+//	97.5s   the 4 waits between its 5 attempts (--audit-webhook-initial-backoff 10s, x1.5 each
+//	        time, up to 20% jitter): (10 + 15 + 22.5 + 33.75) x 1.2
+//
+// after the write, 130s in all, when each failed attempt fails at once (the endpoint refuses
+// the connection or answers an error, as while kubescribe restarts). Attempts that time out
+// (30s each, a node gone) can stretch it to DefaultFactMaxDelay.
+const DefaultResumeGrace = 130 * time.Second
+
 // lookupTimeout bounds one Redis lookup so a hung connection cannot hold a change past its grace.
 const lookupTimeout = 2 * time.Second
 
@@ -46,17 +61,47 @@ type JoinerOptions struct {
 	// Source is the attribution source of every cluster SetSource was not called for; ""
 	// means SourceAudit.
 	Source Source
+	// ResumeGrace is how long a change whose fact the apiserver may still be retrying waits
+	// for it (DefaultResumeGrace has the arithmetic); <= 0 means DefaultResumeGrace. It is
+	// never shorter than Grace.
+	ResumeGrace time.Duration
+	// Deliveries tells whether a live change's audit batch may have failed (audit.Deliveries);
+	// nil: never.
+	Deliveries deliveryDoubt
+	// WaitClock records when a change first began to wait for a fact the apiserver may still
+	// be retrying (Store.WaitingSince), so that a restart does not start the wait over; nil:
+	// each process starts it when it sees the change.
+	WaitClock waitClock
+}
+
+// deliveryDoubt is what the joiner needs to know of the audit deliveries; audit.Deliveries
+// implements it.
+type deliveryDoubt interface {
+	Doubtful(route string, observed time.Time) bool
+}
+
+// waitClock is what the joiner needs to keep a long wait's start across restarts; Store
+// implements it.
+type waitClock interface {
+	WaitingSince(ctx context.Context, route, uid, rv string, isDelete bool, now time.Time, ttl time.Duration) (time.Time, error)
 }
 
 // Joiner attributes watch changes to the users who made them. Each change waits for its fact on
 // its own — woken by the fact's announcement, not by polling — so one object waiting never holds
 // up another; changes of one object are emitted in the order they were observed.
 type Joiner struct {
-	facts    factSource
-	grace    time.Duration
-	log      *slog.Logger
-	metrics  *Metrics
-	excluded func(watch.Change)
+	facts factSource
+	grace time.Duration
+	// resumeGrace, deliveries and clock: the long wait for a fact the apiserver may still be
+	// retrying (JoinerOptions). stopping is closed by Abandon.
+	resumeGrace time.Duration
+	deliveries  deliveryDoubt
+	clock       waitClock
+	stopping    chan struct{}
+	stopOnce    sync.Once
+	log         *slog.Logger
+	metrics     *Metrics
+	excluded    func(watch.Change)
 	// candidates reads admission candidates; source is the default source, sources the
 	// per-cluster ones (guarded by mu).
 	candidates candidateSource
@@ -91,6 +136,10 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
 	}
+	if opts.ResumeGrace <= 0 {
+		opts.ResumeGrace = DefaultResumeGrace
+	}
+	opts.ResumeGrace = max(opts.ResumeGrace, opts.Grace)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -109,12 +158,18 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		sources:    map[string]Source{},
 		facts:      opts.Facts,
 		grace:      opts.Grace,
-		log:        opts.Logger,
-		metrics:    opts.Metrics,
-		excluded:   opts.Excluded,
-		waiters:    map[string]map[chan struct{}]struct{}{},
-		tails:      map[string]chan struct{}{},
-		inFlight:   map[types.NamespacedName]int{},
+
+		resumeGrace: opts.ResumeGrace,
+		deliveries:  opts.Deliveries,
+		clock:       opts.WaitClock,
+		stopping:    make(chan struct{}),
+
+		log:      opts.Logger,
+		metrics:  opts.Metrics,
+		excluded: opts.Excluded,
+		waiters:  map[string]map[chan struct{}]struct{}{},
+		tails:    map[string]chan struct{}{},
+		inFlight: map[types.NamespacedName]int{},
 	}, nil
 }
 
@@ -213,20 +268,24 @@ func (j *Joiner) resolveListed() {
 }
 
 // deliver resolves a change's author, waits for the previous change of its object path and
-// emits it.
+// emits it. A change abandoned at shutdown (Abandon) is not emitted: its stream's cursor does
+// not cover it, so the next start finds it again.
 func (j *Joiner) deliver(it joinItem) {
 	defer j.wg.Done()
 	c := it.c
-	author := j.resolve(it.key, c)
+	author, abandoned := j.resolve(it.key, c)
 	if it.prev != nil {
 		<-it.prev
 	}
-	if author.Resolved {
+	if author.Resolved || c.Resumed {
 		// A change found by a list that a fact explains is that user's change like any
-		// other; only what no fact explains stays the committer's snapshot.
+		// other; so is one the cursor shows somebody made while nothing watched, found
+		// or not. Only what nobody is known to have changed stays the committer's snapshot.
 		c.Snapshot = false
 	}
-	if author.Resolved && slices.Contains(c.ExcludeUsers, author.Username) {
+	switch {
+	case abandoned:
+	case author.Resolved && slices.Contains(c.ExcludeUsers, author.Username):
 		// The rule does not mirror this user's writes; an unresolved author is never
 		// excluded. What a list found is state, though, and stays in the folder.
 		state, kind := excludedState(it.c)
@@ -236,7 +295,7 @@ func (j *Joiner) deliver(it joinItem) {
 		if kind != stateNone {
 			it.emit(AttributedChange{Change: state})
 		}
-	} else {
+	default:
 		it.emit(AttributedChange{Change: c, Author: author})
 	}
 	close(it.done)
@@ -307,91 +366,177 @@ func (j *Joiner) Wait(ctx context.Context) error {
 	}
 }
 
-// resolve finds the author of c. A live change, or a snapshot change its stream's cursor
-// shows happened while nothing watched (Resumed), waits up to the grace window for its fact;
-// any other snapshot change is looked up once, except an Unchanged one, which nobody changed.
-// A snapshot change without a fact has no author: the writer credits it to the committer.
-func (j *Joiner) resolve(key string, c watch.Change) Author {
+// resolve finds the author of c. A live change waits up to the grace window for its fact; a
+// snapshot change that its stream's cursor shows happened while nothing watched (Resumed), and a
+// live change whose audit batch may have failed, wait as long as the apiserver may still retry
+// that batch (the resume grace); any other snapshot change is looked up once, except an
+// Unchanged one, which nobody changed. A snapshot change without a fact has no author: the
+// writer credits it to the committer. A change that finds no fact otherwise is unresolved.
+// abandoned is true for a change that gave up its long wait because the joiner is stopping.
+func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned bool) {
 	src := j.sourceOf(c.Cluster)
 	if c.Snapshot && !c.Resumed {
-		if c.Unchanged {
-			// The folder held this version at the last push: nobody changed it, so there is
-			// no fact to look for. If the writer has to write it again, that is a snapshot.
-			j.metrics.observe("snapshot", 0)
-			return Author{}
-		}
-		if !src.audit() {
-			// A listed change has no base version: no admission candidate can confirm it.
-			j.metrics.observe("snapshot", 0)
-			return Author{}
-		}
-		// Listed changes are looked up one after another; while Redis fails, they are not
-		// looked up at all for a while, so that a list of thousands does not wait out a
-		// timeout each.
-		if time.Now().UnixNano() >= j.listOutageUntil.Load() {
-			f, err := j.lookupErr(c)
-			if f != nil {
-				j.metrics.observe("resolved", 0)
-				j.metrics.resolvedBy(SourceAudit)
-				return authorFrom(f)
-			}
-			if err != nil {
-				j.listOutageUntil.Store(time.Now().Add(listOutagePause).UnixNano())
-			}
-		}
-		j.metrics.observe("snapshot", 0)
-		return Author{}
+		return j.lookupListed(c, src), false
+	}
+	if c.Snapshot && !src.audit() {
+		// Changed while nothing watched, on a cluster without audit facts: the admission
+		// candidate of its write was lost with the webhook call (nothing retries it), and a
+		// candidate cannot confirm a write whose base version nobody saw.
+		j.metrics.observe("unresolved", 0)
+		return Unresolved(), false
 	}
 	start := time.Now()
 	wake := make(chan struct{}, 1)
 	j.register(key, wake)
 	defer j.unregister(key, wake)
 
-	deadline := time.NewTimer(j.grace)
-	defer deadline.Stop()
+	deadline := start.Add(j.grace)
+	var long string // why the change waits the resume grace: a resumeReason, or "" while it does not
+	var stopping <-chan struct{}
+	lengthen := func(reason string, seen time.Time) {
+		long, stopping = reason, j.stopping
+		if end := j.waitingSince(c, seen).Add(j.resumeGrace); end.After(deadline) {
+			deadline = end
+		}
+		j.metrics.resumeWaiting(1)
+	}
+	if c.Snapshot {
+		lengthen(resumeResumed, start)
+	}
+	defer func() {
+		if long != "" {
+			j.metrics.resumeWaiting(-1)
+			j.metrics.resumeWaitEnded(long, author.Resolved, abandoned)
+		}
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	lookupFailed := false
 	for {
 		if src.audit() {
-			if f := j.lookup(c); f != nil {
+			f, err := j.lookupErr(c)
+			if f != nil {
 				j.metrics.observe("resolved", time.Since(start))
 				j.metrics.resolvedBy(SourceAudit)
-				return authorFrom(f)
+				return authorFrom(f), false
 			}
+			lookupFailed = lookupFailed || err != nil
 		}
 		if src == SourceAdmission {
 			// Admission alone: a confirmed candidate is the answer; with both sources an
 			// audit fact may still come and wins, so the candidate waits for the deadline.
 			if a, ok := j.confirmed(c, start); ok {
-				return a
+				return a, false
 			}
 		}
 		select {
 		case <-wake:
-		case <-deadline.C:
-			// One last look: the announcement may have been lost (a publish is best effort).
-			if src.audit() {
-				if f := j.lookup(c); f != nil {
-					j.metrics.observe("resolved", time.Since(start))
-					j.metrics.resolvedBy(SourceAudit)
-					return authorFrom(f)
-				}
+			continue
+		case <-stopping:
+			return Author{}, true
+		case <-timer.C:
+		}
+		// The deadline. One last look: the announcement may have been lost (a publish is
+		// best effort).
+		if src.audit() {
+			f, err := j.lookupErr(c)
+			if f != nil {
+				j.metrics.observe("resolved", time.Since(start))
+				j.metrics.resolvedBy(SourceAudit)
+				return authorFrom(f), false
 			}
-			if src.admission() {
-				if a, ok := j.confirmed(c, start); ok {
-					return a
-				}
+			lookupFailed = lookupFailed || err != nil
+		}
+		if src.admission() {
+			if a, ok := j.confirmed(c, start); ok {
+				return a, false
 			}
-			if c.Snapshot {
-				j.metrics.observe("snapshot", time.Since(start))
-				return Author{}
+		}
+		if long == "" && src.audit() && (lookupFailed || j.deliveries != nil && j.deliveries.Doubtful(c.Cluster, c.Observed)) {
+			// The batch with this change's fact may have failed (kubescribe was not reachable
+			// yet, Redis failed): the apiserver retries it, for longer than the grace window.
+			observed := c.Observed
+			if observed.IsZero() || observed.After(start) {
+				observed = start
 			}
-			j.metrics.observe("unresolved", time.Since(start))
-			j.log.Info("no fact or confirmed candidate within the grace window; author is unresolved",
-				"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
-				"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op,
-				"source", src, "grace", j.grace)
-			return Unresolved()
+			lengthen(resumeDelivery, observed)
+			timer.Reset(time.Until(deadline))
+			continue
+		}
+		j.metrics.observe("unresolved", time.Since(start))
+		waited := j.grace
+		if long != "" {
+			waited = time.Since(start).Round(time.Second)
+		}
+		j.log.Info("no fact or confirmed candidate in time; author is unresolved",
+			"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
+			"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op,
+			"source", src, "waited", waited, "resumed", c.Snapshot)
+		return Unresolved(), false
+	}
+}
+
+// lookupListed finds the author of a change a stream's list found without a cursor that
+// shows it changed: looked up once, without waiting.
+func (j *Joiner) lookupListed(c watch.Change, src Source) Author {
+	if c.Unchanged {
+		// The folder held this version at the last push: nobody changed it, so there is
+		// no fact to look for. If the writer has to write it again, that is a snapshot.
+		j.metrics.observe("snapshot", 0)
+		return Author{}
+	}
+	if !src.audit() {
+		// A listed change has no base version: no admission candidate can confirm it.
+		j.metrics.observe("snapshot", 0)
+		return Author{}
+	}
+	// Listed changes are looked up one after another; while Redis fails, they are not
+	// looked up at all for a while, so that a list of thousands does not wait out a
+	// timeout each.
+	if time.Now().UnixNano() >= j.listOutageUntil.Load() {
+		f, err := j.lookupErr(c)
+		if f != nil {
+			j.metrics.observe("resolved", 0)
+			j.metrics.resolvedBy(SourceAudit)
+			return authorFrom(f)
+		}
+		if err != nil {
+			j.listOutageUntil.Store(time.Now().Add(listOutagePause).UnixNano())
 		}
 	}
+	j.metrics.observe("snapshot", 0)
+	return Author{}
+}
+
+// The reasons a change waits the resume grace.
+const (
+	resumeResumed  = "resumed"  // changed while nothing watched
+	resumeDelivery = "delivery" // a live change whose audit batch may have failed
+)
+
+// waitingSince is when c first began to wait for a fact the apiserver may still be retrying:
+// seen, unless an earlier wait of the same change (before a restart) was recorded.
+func (j *Joiner) waitingSince(c watch.Change, seen time.Time) time.Time {
+	if j.clock == nil {
+		return seen
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	t, err := j.clock.WaitingSince(ctx, c.Cluster, c.UID, c.ResourceVersion, c.Op == watch.OpDelete, seen, j.resumeGrace+time.Minute)
+	if err != nil {
+		j.log.Warn("cannot read or record when a change began to wait; its wait starts now", "err", err, "uid", c.UID)
+		return seen
+	}
+	return t
+}
+
+// Abandon ends the long waits: every change waiting for a fact the apiserver may still be
+// retrying gives up at once and is not emitted, and so does every change that would begin such
+// a wait from now on. Its stream's cursor does not cover it, so the next start finds it again
+// (and, with a WaitClock, goes on waiting from where this one was). Changes in their grace
+// window are not affected. Called at shutdown, before Wait.
+func (j *Joiner) Abandon() {
+	j.stopOnce.Do(func() { close(j.stopping) })
 }
 
 // confirmed looks for the candidates confirming c: ok is true once the answer is final, a

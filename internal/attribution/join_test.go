@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -71,7 +73,16 @@ func change(uid, rv string, op watch.Op) watch.Change {
 
 func startJoiner(t *testing.T, facts *fakeFacts, grace time.Duration) (*Joiner, chan AttributedChange) {
 	t.Helper()
-	j, err := NewJoiner(JoinerOptions{Facts: facts, Grace: grace})
+	return startJoinerWith(t, JoinerOptions{Facts: facts, Grace: grace})
+}
+
+// startJoinerWith starts a Joiner with opts and metrics registered on a registry of its own.
+func startJoinerWith(t *testing.T, opts JoinerOptions) (*Joiner, chan AttributedChange) {
+	t.Helper()
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	j, err := NewJoiner(opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -207,28 +218,39 @@ func TestJoinUnchangedIsNotLookedUp(t *testing.T) {
 }
 
 // TestJoinResumedWaitsForItsFact: a change the resume cursor shows happened while nothing
-// watched waits for its fact like a live change (the apiserver may still be retrying the audit
-// batch); a resumed delete is credited by the delete fact of its uid.
+// watched waits for its fact past the grace window, for the resume grace (the apiserver may still
+// be retrying the audit batch); a resumed delete is credited by the delete fact of its uid.
 func TestJoinResumedWaitsForItsFact(t *testing.T) {
 	facts := newFakeFacts()
-	j, out := startJoiner(t, facts, time.Minute)
+	j, out := startJoinerWith(t, JoinerOptions{Facts: facts, Grace: time.Millisecond, ResumeGrace: time.Hour})
 	del := change("u3", "12", watch.OpDelete)
 	del.Snapshot, del.Resumed = true, true
 	j.Join(del, func(ac AttributedChange) { out <- ac })
-	require.Eventually(t, func() bool { facts.mu.Lock(); defer facts.mu.Unlock(); return facts.lookups > 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(j.metrics.resumeGauge) == 1 }, 5*time.Second, time.Millisecond,
+		"the change must wait the resume grace, not the grace window")
 	facts.add(audit.Fact{Route: "local", UID: "u3", Verb: "delete", User: audit.Identity{Username: "bob"}, AuditID: "a3"}, true)
 	ac := <-out
 	require.Equal(t, "bob", ac.Author.Username)
 	require.False(t, ac.Snapshot)
+	require.Equal(t, 1.0, testutil.ToFloat64(j.metrics.resumeWaits.WithLabelValues(resumeResumed, "resolved")))
+	require.Zero(t, testutil.ToFloat64(j.metrics.resumeGauge))
+}
 
-	// No fact within the grace: the committer's snapshot, not "unresolved".
-	j2, out2 := startJoiner(t, newFakeFacts(), 10*time.Millisecond)
+// TestJoinResumedWithoutFactIsUnresolved: a change somebody made while nothing watched that finds
+// no fact within the resume grace is that unknown person's change, never the committer's
+// snapshot.
+func TestJoinResumedWithoutFactIsUnresolved(t *testing.T) {
+	j, out := startJoinerWith(t, JoinerOptions{Facts: newFakeFacts(), Grace: time.Millisecond, ResumeGrace: 20 * time.Millisecond})
 	lost := change("u4", "13", watch.OpUpdate)
 	lost.Snapshot, lost.Resumed = true, true
-	j2.Join(lost, func(ac AttributedChange) { out2 <- ac })
-	ac = <-out2
-	require.True(t, ac.Snapshot)
-	require.Empty(t, ac.Author.Username)
+	j.Join(lost, func(ac AttributedChange) { out <- ac })
+	ac := <-out
+	require.False(t, ac.Snapshot, "a person's change is never the committer's snapshot")
+	require.False(t, ac.Author.Resolved)
+	require.Equal(t, UnresolvedUsername, ac.Author.Username)
+	require.Equal(t, 1.0, testutil.ToFloat64(j.metrics.resumeWaits.WithLabelValues(resumeResumed, "unresolved")))
+	require.Equal(t, 1.0, testutil.ToFloat64(j.metrics.joins.WithLabelValues("unresolved")))
+	require.Zero(t, testutil.ToFloat64(j.metrics.joins.WithLabelValues("snapshot")))
 }
 
 // TestJoinSweepPassesAtOnce: a sweep is handed on synchronously, before Join returns.

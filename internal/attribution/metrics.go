@@ -17,6 +17,8 @@ type Metrics struct {
 	ambiguous    prometheus.Counter
 	overflows    prometheus.Counter
 	factsRefused *prometheus.CounterVec
+	resumeGauge  prometheus.Gauge
+	resumeWaits  *prometheus.CounterVec
 }
 
 // NewMetrics registers the join's metrics on reg.
@@ -57,6 +59,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "kubescribe_attribution_facts_refused_total",
 		Help: "Audit facts refused as evidence (not stored) because their stage timestamp lies outside the apiserver's delivery window, by reason: stale (older than the arrival minus --audit-fact-max-delay and the skew), future (newer than the arrival plus --audit-fact-clock-skew).",
 	}, []string{"reason"})
+	m.resumeGauge = f.NewGauge(prometheus.GaugeOpts{
+		Name: "kubescribe_attribution_resume_waiting_changes",
+		Help: "Changes waiting past the grace window for an audit fact the apiserver may still be retrying (--attribution-resume-grace): changed while nothing watched, or live changes whose audit batch may have failed.",
+	})
+	m.resumeWaits = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubescribe_attribution_resume_waits_total",
+		Help: "Changes that waited for an audit fact the apiserver may still be retrying, by reason (resumed: changed while nothing watched; delivery: a live change whose audit batch may have failed) and outcome (resolved, unresolved, abandoned: left for the next start at shutdown).",
+	}, []string{"reason", "outcome"})
+	for _, r := range []string{resumeResumed, resumeDelivery} {
+		for _, o := range []string{"resolved", "unresolved", "abandoned"} {
+			m.resumeWaits.WithLabelValues(r, o)
+		}
+	}
 	m.factsRefused.WithLabelValues(refusedStale)
 	m.factsRefused.WithLabelValues(refusedFuture)
 	for _, r := range []string{"resolved", "unresolved", "snapshot"} {
@@ -90,4 +105,24 @@ func (m *Metrics) observe(result string, waited time.Duration) {
 	}
 	m.joins.WithLabelValues(result).Inc()
 	m.wait.WithLabelValues(result).Observe(waited.Seconds())
+}
+
+func (m *Metrics) resumeWaiting(delta float64) {
+	if m != nil {
+		m.resumeGauge.Add(delta)
+	}
+}
+
+func (m *Metrics) resumeWaitEnded(reason string, resolved, abandoned bool) {
+	if m == nil {
+		return
+	}
+	outcome := "unresolved"
+	switch {
+	case abandoned:
+		outcome = "abandoned"
+	case resolved:
+		outcome = "resolved"
+	}
+	m.resumeWaits.WithLabelValues(reason, outcome).Inc()
 }

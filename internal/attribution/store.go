@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 //	P:fact:<route>:<uid>:rv:<resourceVersion>  a write fact, by the resourceVersion it produced
 //	P:fact:<route>:<uid>:delete                the delete fact of an object
 //	P:facts                                    pub/sub channel: "<route>/<uid>" per stored fact
+//	P:wait:<route>:<uid>:rv:<resourceVersion>  when a change the apiserver may still explain was
+//	P:wait:<route>:<uid>:delete                first seen waiting for its fact (Unix ms), so that
+//	                                           a restart does not start its wait over
 //
 // Several facts can claim one key. A no-op patch or apply answers with the unchanged
 // resourceVersion; the patch that removes the last finalizer of an object held in deletion
@@ -174,6 +178,33 @@ func (s *Store) deleteKey(route, uid string) string {
 }
 
 func (s *Store) channel() string { return s.prefix.Key("facts") }
+
+// WaitingSince returns when a change of the object uid in cluster route (the write that
+// produced rv, or its delete) was first seen waiting for its fact: now, recorded for ttl, the
+// first time it is asked, and the recorded time after that, even from another process. The
+// join measures the wait for a fact the apiserver may still be retrying from it, so a second
+// restart does not start that wait over.
+func (s *Store) WaitingSince(ctx context.Context, route, uid, rv string, isDelete bool, now time.Time, ttl time.Duration) (time.Time, error) {
+	key := s.prefix.Key("wait", route, uid, "rv", rv)
+	if isDelete {
+		key = s.prefix.Key("wait", route, uid, "delete")
+	}
+	old, err := s.rdb.SetArgs(ctx, key, now.UnixMilli(), redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+	if errors.Is(err, redis.Nil) {
+		return now, nil // recorded now
+	}
+	if err != nil {
+		return now, fmt.Errorf("recording when a change began to wait: %w", err)
+	}
+	ms, err := strconv.ParseInt(old, 10, 64)
+	if err != nil {
+		return now, fmt.Errorf("%s holds %q, not a time", key, old)
+	}
+	if t := time.UnixMilli(ms); t.Before(now) {
+		return t, nil
+	}
+	return now, nil
+}
 
 // batch holds the encoding of one StoreFacts call; reused through batches.
 type batch struct {
