@@ -50,10 +50,14 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 	}
 
 	id := string(cr.UID)
-	res, handed := c.opts.Router.CloseResult(id)
+	target := types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name}
+	// A close an earlier kubescribe process accepted is kept in Redis: the router reports its
+	// pushed commit, or commits its window again once the target is routed.
+	res, handed := c.opts.Router.CloseResult(target, id)
 	if !handed && meta.FindStatusCondition(before.Conditions, v1alpha1.ConditionAuthorAttributed) != nil {
-		// Handed to a worker by an earlier kubescribe process, which stopped before it pushed
-		// (AuthorAttributed is set only once a request is handed over, or with a final state).
+		// Handed to a worker by an earlier kubescribe process, which stopped before its worker
+		// accepted it, or whose close could not be kept (AuthorAttributed is set only once a
+		// request is handed over, or with a final state).
 		res, handed = git.CloseResult{Outcome: git.CloseLost}, true
 	}
 	if !handed {
@@ -73,7 +77,7 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 		st.Submitter = v.Submitter.Username
 		req := git.CloseRequest{
 			ID:       id,
-			Target:   types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name},
+			Target:   target,
 			Username: v.Submitter.Username,
 			Message:  cr.Spec.Message,
 			Request:  name.String(),
@@ -95,7 +99,7 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 	switch res.Outcome {
 	case git.ClosePending:
 		msg := "closing the submitter's window; waiting for the commit to be pushed"
-		if ts := c.opts.Router.TargetStatus(types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name}); ts.LastError != nil {
+		if ts := c.opts.Router.TargetStatus(target); ts.LastError != nil {
 			msg = fmt.Sprintf("the commit is made; pushing it failed and is retried: %v", ts.LastError)
 		}
 		setCondition(&st.Conditions, cr.Generation, metav1.ConditionUnknown, v1alpha1.ReasonProgressing, "%s", msg)
@@ -118,7 +122,7 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 	if err := c.finishWrite(ctx, &cr, before); err != nil {
 		return err
 	}
-	c.opts.Router.ForgetClose(id)
+	c.opts.Router.ForgetClose(target, id)
 	return nil
 }
 

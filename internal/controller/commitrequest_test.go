@@ -162,7 +162,7 @@ func TestSyncCommitRequest(t *testing.T) {
 			require.Equal(t, runGit(t, "", "--git-dir="+f.repoDir, "rev-parse", "refs/heads/main"), got.Status.SHA)
 			require.Equal(t, tt.wantGitAuthor+"|kubescribe|Why: why", runGit(t, "", "--git-dir="+f.repoDir, "log", "-1", "--format=%an|%cn|%s", "main"))
 			require.Contains(t, runGit(t, "", "--git-dir="+f.repoDir, "log", "-1", "--format=%B", "main"), "Kubescribe-Submitter: "+tt.verdict+"\n")
-			_, known := f.router.CloseResult(string(cr.UID))
+			_, known := f.router.CloseResult(types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name}, string(cr.UID))
 			require.False(t, known, "the router forgets a finished request")
 		})
 	}

@@ -100,6 +100,9 @@ func (w *Worker) acceptClose(req CloseRequest) {
 		return
 	}
 	win.request = &req
+	if w.opts.OnCloseAccepted != nil {
+		w.opts.OnCloseAccepted(req, win.changes)
+	}
 	w.closeWindow()
 }
 

@@ -1,6 +1,9 @@
 package git
 
 import (
+	"context"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -8,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -28,7 +33,7 @@ func waitClose(t *testing.T, r *Router, id string, want CloseOutcome) CloseResul
 	var res CloseResult
 	require.Eventually(t, func() bool {
 		var ok bool
-		res, ok = r.CloseResult(id)
+		res, ok = r.CloseResult(tenants, id)
 		return ok && res.Outcome != ClosePending
 	}, 20*time.Second, 10*time.Millisecond, "close request %s never finished", id)
 	require.Equal(t, want, res.Outcome, "close request %s", id)
@@ -59,8 +64,8 @@ func TestCloseRequestClosesTheSubmittersWindow(t *testing.T) {
 		"Kubescribe-Submitter: alice\n"+
 		"Kubescribe-Commit-Request: shop/raise", body)
 
-	r.ForgetClose("uid-1")
-	_, known := r.CloseResult("uid-1")
+	r.ForgetClose(tenants, "uid-1")
+	_, known := r.CloseResult(tenants, "uid-1")
 	require.False(t, known)
 }
 
@@ -106,7 +111,7 @@ func TestCloseRequestUnroutedTarget(t *testing.T) {
 	r := startRouter(t, RouterOptions{})
 	err := r.RequestClose(CloseRequest{ID: "x", Target: tenants, Username: "alice", Message: "m"})
 	require.ErrorContains(t, err, "not routed")
-	_, known := r.CloseResult("x")
+	_, known := r.CloseResult(tenants, "x")
 	require.False(t, known)
 }
 
@@ -116,4 +121,74 @@ func TestCloseRequestUnresolvedWindowIsNobodys(t *testing.T) {
 	r.Deliver(unresolved(cmChange(watch.OpCreate, "shop", "one", "1")))
 	require.NoError(t, r.RequestClose(CloseRequest{ID: "u", Target: tenants, Username: attribution.UnresolvedUsername, Message: "m"}))
 	waitClose(t, r, "u", CloseNoOpenWindow)
+}
+
+// TestCloseRequestSurvivesARestart: a window a request closed before the process stopped (its
+// push failing: the remote is away) is committed with the request's message by the next
+// process, once the target is routed; and a commit a stopping process pushed is reported by the
+// next one, from Redis, without any route.
+func TestCloseRequestSurvivesARestart(t *testing.T) {
+	closes := NewCloseStore(redistest.Start(t), keyspace.MustParse("test:"))
+	dir, url := newBareRemote(t)
+	remote := testRemote(url)
+	remote.CommitWindow = time.Hour
+	dest := Destination{Remote: remote, Branch: "main", Path: "clusters/prod"}
+
+	first := NewRouter(RouterOptions{Closes: closes, Logger: slog.New(slog.DiscardHandler)})
+	first.Start(context.Background())
+	require.NoError(t, first.Route(tenants, dest))
+	first.Deliver(by("alice", "a0", cmChange(watch.OpCreate, "shop", "first", "v1")))
+	require.NoError(t, first.RequestClose(CloseRequest{ID: "uid-0", Target: tenants, Username: "alice", Message: "First", Request: "shop/first"}))
+	waitClose(t, first, "uid-0", CloseCommitted)
+	// The remote goes away: the next push fails.
+	require.NoError(t, os.Rename(dir, dir+".away"))
+	first.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "shop", "settings", "v1")))
+	require.NoError(t, first.RequestClose(CloseRequest{ID: "uid-1", Target: tenants, Username: "alice",
+		Message: "Raise the limits", Request: "shop/raise"}))
+	require.Eventually(t, func() bool {
+		_, found, err := closes.get(context.Background(), tenants, "uid-1")
+		return err == nil && found
+	}, 20*time.Second, 10*time.Millisecond, "the close is kept once the worker accepted it")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = first.Stop(ctx) // the final push fails: the remote is still away
+	cancel()
+
+	require.NoError(t, os.Rename(dir+".away", dir))
+	second := startRouter(t, RouterOptions{Closes: closes})
+	res, ok := second.CloseResult(tenants, "uid-1")
+	require.True(t, ok)
+	require.Equal(t, ClosePending, res.Outcome, "kept, not pushed: pending until the target is routed")
+	require.NoError(t, second.Route(tenants, dest))
+	res = waitClose(t, second, "uid-1", CloseCommitted)
+	require.Equal(t, runGit(t, "", "--git-dir="+dir, "rev-parse", "refs/heads/main"), res.SHA)
+	require.Equal(t, []string{"alice|Raise the limits", "alice|First"}, gitLog(t, dir, "main", "%an|%s"))
+
+	// The push is recorded: a third process reports it without routing anything.
+	third := startRouter(t, RouterOptions{Closes: closes})
+	require.Eventually(t, func() bool {
+		got, ok := third.CloseResult(tenants, "uid-1")
+		return ok && got.Outcome == CloseCommitted && got.SHA == res.SHA && got.Branch == "main"
+	}, 20*time.Second, 10*time.Millisecond)
+
+	// Forgotten by the controller, it is gone for every process.
+	third.ForgetClose(tenants, "uid-1")
+	_, known := second.CloseResult(types.NamespacedName{Namespace: "other", Name: "target"}, "uid-1")
+	require.True(t, known, "second still holds it in memory")
+	_, known = startRouter(t, RouterOptions{Closes: closes}).CloseResult(tenants, "uid-1")
+	require.False(t, known)
+}
+
+// TestKeptCloseOfAnotherDestinationIsLost: a kept close of a target that has since moved to
+// another folder is not committed into the new one: it is forgotten, and ends as lost.
+func TestKeptCloseOfAnotherDestinationIsLost(t *testing.T) {
+	closes := NewCloseStore(redistest.Start(t), keyspace.MustParse("test:"))
+	ctx := context.Background()
+	change := by("alice", "a1", cmChange(watch.OpCreate, "shop", "settings", "v1"))
+	rec := newCloseRecord(CloseRequest{ID: "uid-1", Target: tenants, Username: "alice", Message: "m"}, "prod old-destination", []attribution.AttributedChange{change}, time.Now())
+	require.NoError(t, closes.put(ctx, tenants, rec))
+	dir, url := newBareRemote(t)
+	r := startRouter(t, RouterOptions{Closes: closes})
+	require.NoError(t, r.Route(tenants, Destination{Remote: testRemote(url), Branch: "main", Path: "clusters/prod", Stream: "new-destination", Cluster: "prod"}))
+	require.Eventually(t, func() bool { _, known := r.CloseResult(tenants, "uid-1"); return !known }, 20*time.Second, 10*time.Millisecond)
+	require.Empty(t, runGit(t, "", "--git-dir="+dir, "for-each-ref"), "nothing is committed into the new destination")
 }

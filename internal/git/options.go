@@ -12,6 +12,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
 )
 
 // Signature is a Git identity: the name and email recorded in a commit.
@@ -125,6 +127,10 @@ type Options struct {
 	// commit (CloseNoOpenWindow, CloseNothingToCommit). A
 	// request that closes a window is reported by OnPushed, through CommitInfo.Request.
 	OnClosed func(id string, outcome CloseOutcome)
+	// OnCloseAccepted is called, from the worker goroutine, when a close request closes a
+	// window, with the window's changes, before its commit is made: the router keeps the close
+	// so that a restart can make the commit again. It may block briefly (a Redis write).
+	OnCloseAccepted func(req CloseRequest, changes []attribution.AttributedChange)
 	// KnownFolder, when set, reports whether tree is the tree kubescribe's last push into
 	// folder (cleaned, "" for the repository root) left there. Such a folder is not checked
 	// again before the first commit into it (a restart does not fetch the files of a large

@@ -110,6 +110,10 @@ type RouterOptions struct {
 	// after it. A failed advance is logged; the next start replays those changes, which the
 	// writer recognises as already on the branch.
 	Cursors cursorAdvancer
+	// Closes, when set, keeps every close request a worker accepted until the controller
+	// forgets it, so that a restart commits a closed window again and reports a commit the
+	// stopping process pushed. Nil keeps them in memory only.
+	Closes *CloseStore
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Logger is the base logger; workers add component, url and branch.
@@ -249,6 +253,22 @@ func (r *Router) Stop(ctx context.Context) error {
 // replacing one that runs with other settings. Rotated credentials and a new fetch interval are
 // taken in place, so the worker keeps what it holds.
 func (r *Router) Route(target types.NamespacedName, dest Destination) error {
+	id := route{stream: dest.Stream, cluster: dest.Cluster}.id()
+	r.mu.RLock()
+	old, routed := r.routes[target]
+	r.mu.RUnlock()
+	var kept []closeRecord
+	if r.opts.Closes != nil && (!routed || old.id() != id) {
+		// Closes an earlier process accepted for this target: read before the route exists,
+		// so that they are handed to the worker before any change of the target.
+		ctx, cancel := context.WithTimeout(context.Background(), closeStoreTimeout)
+		var err error
+		kept, err = r.opts.Closes.all(ctx, target, time.Now())
+		cancel()
+		if err != nil {
+			r.log.Warn("cannot read the commit requests closed before a restart; they end as lost", "target", target.String(), "err", err)
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, err := r.ensureWorkerLocked(workerKey{provider: dest.Remote.Provider, branch: dest.Branch}, dest.Remote)
@@ -256,8 +276,83 @@ func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 		r.setRouteLocked(target, nil)
 		return err
 	}
-	r.setRouteLocked(target, &route{worker: w, path: dest.Path, stream: dest.Stream, cluster: dest.Cluster})
+	rt := route{worker: w, path: dest.Path, stream: dest.Stream, cluster: dest.Cluster}
+	r.setRouteLocked(target, &rt)
+	r.resumeClosesLocked(target, rt, kept)
 	return nil
+}
+
+// resumeClosesLocked takes over the closes an earlier process accepted for target: a request
+// whose commit was pushed is reported as committed; one whose window is not pushed yet has its
+// changes and then its close handed to the worker again, so the commit is made with its message.
+// A close of another destination (the target moved since) is forgotten: it ends as lost. r.mu
+// must be held.
+func (r *Router) resumeClosesLocked(target types.NamespacedName, rt route, kept []closeRecord) {
+	for i := range kept {
+		rec := &kept[i]
+		id := rec.Request.ID
+		if _, known := r.closes[id]; known {
+			continue
+		}
+		if rec.Route != rt.id() {
+			go r.forgetStored(target, id)
+			continue
+		}
+		cs := &closeState{target: target, branch: rt.worker.key.branch, worker: rt.worker.worker}
+		r.closes[id] = cs
+		if rec.SHA != "" {
+			cs.result = CloseResult{Outcome: CloseCommitted, SHA: rec.SHA, Branch: rec.Branch}
+			continue
+		}
+		changes := rec.changes(target)
+		r.countMu.Lock()
+		n := r.counts[target]
+		if n.stream != rt.id() {
+			n = streamCount{stream: rt.id()}
+		}
+		n.submitted += len(changes)
+		r.counts[target] = n
+		r.countMu.Unlock()
+		for _, c := range changes {
+			rt.worker.worker.Submit(rt.path, c)
+		}
+		if !rt.worker.worker.RequestClose(rec.request(target)) {
+			cs.result.Outcome = CloseLost
+		}
+		r.log.Info("commit request closed before a restart: its window is committed again",
+			"target", target.String(), "request", rec.Request.Request, "changes", len(changes))
+	}
+}
+
+// closeAccepted keeps a close request a worker accepted, with its window's changes.
+func (r *Router) closeAccepted(req CloseRequest, changes []attribution.AttributedChange) {
+	if r.opts.Closes == nil {
+		return
+	}
+	r.mu.RLock()
+	rt, ok := r.routes[req.Target]
+	r.mu.RUnlock()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeStoreTimeout)
+	defer cancel()
+	if err := r.opts.Closes.put(ctx, req.Target, newCloseRecord(req, rt.id(), changes, time.Now())); err != nil {
+		r.log.Warn("cannot keep a commit request's close in Redis; if kubescribe stops before the push, the request ends as lost",
+			"target", req.Target.String(), "request", req.Request, "err", err)
+	}
+}
+
+// forgetStored removes the kept close id of target.
+func (r *Router) forgetStored(target types.NamespacedName, id string) {
+	if r.opts.Closes == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeStoreTimeout)
+	defer cancel()
+	if err := r.opts.Closes.forget(ctx, target, id); err != nil {
+		r.log.Debug("cannot remove a kept commit request close; it expires", "target", target.String(), "err", err)
+	}
 }
 
 // Unroute stops writing target's changes; a worker no target uses any more commits what it
@@ -439,6 +534,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		KnownFolder:       func(folder string, tree plumbing.Hash) bool { return r.knownFolder(k, folder, tree) },
 		OnFolder:          func(folder string) { r.notify(r.targetsIn(k, folder)...) },
 		OnClosed:          r.onClosed,
+		OnCloseAccepted:   r.closeAccepted,
 		OnReplay:          func(req ReplayRequest) { r.onReplay(k, req) },
 	})
 	if err != nil {
@@ -564,6 +660,7 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 	for t := range counted {
 		targets = append(targets, t) // a settled change may be what a retarget waits for
 	}
+	var pushedCloses []CommitInfo
 	r.mu.Lock()
 	for _, ci := range res.Commits {
 		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now, folderTree: ci.FolderTree}
@@ -571,9 +668,20 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 		targets = append(targets, ci.Target)
 		if cs, ok := r.closes[ci.Request]; ok && ci.Request != "" {
 			cs.result = CloseResult{Outcome: CloseCommitted, SHA: ci.SHA, Branch: cs.branch}
+			pushedCloses = append(pushedCloses, ci)
 		}
 	}
 	r.mu.Unlock()
+	if r.opts.Closes != nil {
+		for _, ci := range pushedCloses {
+			ctx, cancel := context.WithTimeout(context.Background(), closeStoreTimeout)
+			if err := r.opts.Closes.pushed(ctx, ci.Target, ci.Request, ci.SHA, k.branch); err != nil {
+				r.log.Warn("cannot record a commit request's pushed commit in Redis; a restart reports it as lost",
+					"target", ci.Target.String(), "err", err)
+			}
+			cancel()
+		}
+	}
 	r.notify(targets...)
 }
 
@@ -708,23 +816,41 @@ func (r *Router) RequestClose(req CloseRequest) error {
 	return nil
 }
 
-// CloseResult reports what became of the close request id; false when the router never
-// received it (or forgot it).
-func (r *Router) CloseResult(id string) (CloseResult, bool) {
+// CloseResult reports what became of the close request id of target; false when neither this
+// router nor, with a CloseStore, an earlier process received it (or it was forgotten). A close
+// an earlier process accepted and did not push is pending until the target is routed again.
+func (r *Router) CloseResult(target types.NamespacedName, id string) (CloseResult, bool) {
 	r.mu.RLock()
-	defer r.mu.RUnlock()
 	cs, ok := r.closes[id]
-	if !ok {
+	r.mu.RUnlock()
+	if ok {
+		return cs.result, true
+	}
+	if r.opts.Closes == nil {
 		return CloseResult{}, false
 	}
-	return cs.result, true
+	ctx, cancel := context.WithTimeout(context.Background(), closeStoreTimeout)
+	defer cancel()
+	rec, found, err := r.opts.Closes.get(ctx, target, id)
+	switch {
+	case err != nil:
+		r.log.Warn("cannot read a commit request's close; asking again later", "target", target.String(), "err", err)
+		return CloseResult{Outcome: ClosePending}, true
+	case !found:
+		return CloseResult{}, false
+	case rec.SHA != "":
+		return CloseResult{Outcome: CloseCommitted, SHA: rec.SHA, Branch: rec.Branch}, true
+	}
+	return CloseResult{Outcome: ClosePending}, true
 }
 
-// ForgetClose drops what the router holds of a close request.
-func (r *Router) ForgetClose(id string) {
+// ForgetClose drops what the router, and its CloseStore, hold of the close request id of
+// target.
+func (r *Router) ForgetClose(target types.NamespacedName, id string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	delete(r.closes, id)
+	r.mu.Unlock()
+	r.forgetStored(target, id)
 }
 
 // onClosed records a close request that ended without a commit, and signals its target.
