@@ -89,6 +89,8 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.DurationVar(&opts.CommitRequestTTL, "commit-request-ttl", opts.CommitRequestTTL, "how long a finished CommitRequest is kept before kubescribe deletes it; 0 keeps them")
 	fs.DurationVar(&opts.DiscoveryRefresh, "discovery-refresh-interval", opts.DiscoveryRefresh, "how often each source cluster's API discovery is re-read when no CRD or APIService change triggered it sooner")
 	fs.DurationVar(&opts.AttributionGrace, "attribution-grace", opts.AttributionGrace, "how long a change waits for the audit fact naming its author")
+	fs.DurationVar(&opts.AttributionResumeGrace, "attribution-resume-grace", opts.AttributionResumeGrace,
+		"how long a change waits for an audit fact the apiserver may still be retrying: one made while kubescribe was not running, or one whose audit batch may have failed (covers the apiserver's default audit webhook retries)")
 	fs.DurationVar(&opts.FactTTL, "fact-ttl", opts.FactTTL, "how long attribution facts are kept in Redis")
 	fs.StringVar(&opts.AttributionSource, "attribution-source", opts.AttributionSource, "where the local cluster's authors come from: audit, admission (the validating webhook POST /validate/attribution/<cluster-name>, confirmed by the watch) or both (an audit fact wins)")
 	fs.StringVar(&opts.AttributionWebhookURL, "attribution-webhook-url", "", "when set, kubescribe manages the attribution ValidatingWebhookConfiguration and the apiserver reaches its admission listener at this https URL (a URL without a path gets /validate/attribution/<cluster-name>)")

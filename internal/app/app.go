@@ -60,9 +60,11 @@ type App struct {
 	// life stops, newest first, every part that started.
 	life lifecycle
 
-	rdb        redis.UniversalClient
-	store      *attribution.Store
-	joiner     *attribution.Joiner
+	rdb    redis.UniversalClient
+	store  *attribution.Store
+	joiner *attribution.Joiner
+	// deliveries: which routes' audit batches may have failed (the join's long wait).
+	deliveries *audit.Deliveries
 	sources    *watch.Registry
 	router     *git.Router
 	controller *controller.Controller
@@ -131,12 +133,16 @@ func New(opts Options) (_ *App, err error) {
 	attributionMetrics := attribution.NewMetrics(opts.Registry)
 	a.store.SetObservability(a.log.With("component", "attribution"), attributionMetrics)
 	watchMetrics := watch.NewMetrics(opts.Registry)
+	a.deliveries = audit.NewDeliveries()
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
-		Facts:      a.store,
-		Candidates: a.store,
-		Grace:      opts.AttributionGrace,
-		Logger:     a.log.With("component", "attribution"),
-		Metrics:    attributionMetrics,
+		Facts:       a.store,
+		Candidates:  a.store,
+		Grace:       opts.AttributionGrace,
+		ResumeGrace: opts.AttributionResumeGrace,
+		Deliveries:  a.deliveries,
+		WaitClock:   a.store,
+		Logger:      a.log.With("component", "attribution"),
+		Metrics:     attributionMetrics,
 		Excluded: func(c watch.Change) {
 			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
 		},
@@ -148,7 +154,8 @@ func New(opts Options) (_ *App, err error) {
 	src, _ := attribution.ParseSource(opts.AttributionSource) // validated above
 	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
-	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors})
+	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors,
+		Closes: git.NewCloseStore(a.rdb, prefix)})
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
 		Render:           declared.Manifest,
 		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
@@ -191,6 +198,7 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	auditHandler, err := audit.NewHandler(audit.HandlerOptions{
+		Deliveries:    a.deliveries,
 		Store:         a.store,
 		MaxBodyBytes:  opts.AuditMaxBodyBytes,
 		Authenticator: authn,
@@ -443,7 +451,12 @@ func (a *App) Run(ctx context.Context) error {
 		// It records verdicts in Redis, which closes after it stops.
 		a.serve("admission server", a.admissionSrv, serveErr, func() error { return a.admissionSrv.ServeTLS(a.admissionLn, "", "") })
 	}
-	a.life.onStop("pending attributions", a.joiner.Wait)
+	a.life.onStop("pending attributions", func(ctx context.Context) error {
+		// Changes waiting for a fact the apiserver may still be retrying are left for the
+		// next start (their cursors do not cover them); the others end within the grace.
+		a.joiner.Abandon()
+		return a.joiner.Wait(ctx)
+	})
 
 	a.sources.Start(bg)
 	a.life.onStop("watches", func(context.Context) error { a.sources.Stop(); return nil })

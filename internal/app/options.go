@@ -104,6 +104,10 @@ type Options struct {
 
 	// AttributionGrace is how long a change waits for the audit fact naming its author.
 	AttributionGrace time.Duration
+	// AttributionResumeGrace is how long a change waits for an audit fact the apiserver may
+	// still be retrying: one made while nothing watched, or a live one whose audit batch may
+	// have failed (attribution.DefaultResumeGrace).
+	AttributionResumeGrace time.Duration
 	// AttributionSource is where the authors of the local cluster's changes come from: audit,
 	// admission (candidates from POST /validate/attribution/{ClusterName}, confirmed by the
 	// watch) or both (an audit fact wins).
@@ -163,9 +167,11 @@ func DefaultOptions() Options {
 		VerdictTTL:             authz.DefaultVerdictTTL,
 		CommitRequestTTL:       24 * time.Hour,
 
-		AttributionGrace:  attribution.DefaultGrace,
-		AttributionSource: string(attribution.SourceAudit),
-		CandidateTTL:      attribution.DefaultCandidateTTL,
+		AttributionGrace: attribution.DefaultGrace,
+
+		AttributionResumeGrace: attribution.DefaultResumeGrace,
+		AttributionSource:      string(attribution.SourceAudit),
+		CandidateTTL:           attribution.DefaultCandidateTTL,
 
 		AttributionMaxBodyBytes:  admission.DefaultMaxBodyBytes,
 		AttributionInFlightBytes: admission.DefaultInFlightBytes,
@@ -219,10 +225,16 @@ func (o *Options) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"AttributionGrace", o.AttributionGrace}, {"FactTTL", o.FactTTL}, {"ShutdownTimeout", o.ShutdownTimeout}, {"DiscoveryRefresh", o.DiscoveryRefresh}} {
+	}{{"AttributionGrace", o.AttributionGrace}, {"AttributionResumeGrace", o.AttributionResumeGrace}, {"FactTTL", o.FactTTL}, {"ShutdownTimeout", o.ShutdownTimeout}, {"DiscoveryRefresh", o.DiscoveryRefresh}} {
 		if d.v <= 0 {
 			bad(d.name, "must be positive, got %s", d.v)
 		}
+	}
+	if o.AttributionResumeGrace > 0 && o.AttributionResumeGrace < o.AttributionGrace {
+		bad("AttributionResumeGrace", "(%s) must not be shorter than AttributionGrace (%s)", o.AttributionResumeGrace, o.AttributionGrace)
+	}
+	if o.FactTTL > 0 && o.FactTTL < o.AttributionResumeGrace {
+		bad("FactTTL", "(%s) must be longer than AttributionResumeGrace (%s): a fact must outlive the longest wait for it", o.FactTTL, o.AttributionResumeGrace)
 	}
 	if o.FactTTL > 0 && o.FactTTL < o.AttributionGrace {
 		bad("FactTTL", "(%s) must be longer than AttributionGrace (%s)", o.FactTTL, o.AttributionGrace)
