@@ -19,9 +19,11 @@ import (
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
 
-// kubescribe stopped (as SIGTERM does), then bob creates and patches, alice deletes; after the
-// restart the folder equals the cluster object for object, each change made while nothing
-// watched is authored by its real author, and no commit lists an unchanged object.
+// kubescribe stopped (as SIGTERM does) for five seconds while bob creates and patches and alice
+// deletes; after the restart the folder equals the cluster object for object, each change made
+// while nothing watched is authored by its real author (its audit batch, refused while nothing
+// listened, comes with the apiserver's retries), none by the committer, and no commit lists an
+// unchanged object.
 func TestRestartResumesAndAttributes(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-resume", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
@@ -32,11 +34,13 @@ func TestRestartResumesAndAttributes(t *testing.T) {
 	before = m.commits(t)
 
 	require.NoError(t, env.StopKubescribe())
+	stopped := time.Now()
 	_, err := bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "born"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = bob.Patch(ctx, "patched", types.MergePatchType, []byte(`{"data":{"k":"v2"}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.NoError(t, alice.Delete(ctx, "doomed", metav1.DeleteOptions{}))
+	time.Sleep(time.Until(stopped.Add(5 * time.Second))) // the scenario: five seconds down
 	require.NoError(t, env.StartKubescribe(ctx))
 
 	want := []string{objectFile(m, "", "configmaps", "born"), objectFile(m, "", "configmaps", "keep"), objectFile(m, "", "configmaps", "patched")}
@@ -49,6 +53,30 @@ func TestRestartResumesAndAttributes(t *testing.T) {
 	require.NotContains(t, byObject, "keep", "a commit lists an unchanged object")
 	require.Equal(t, map[string]string{"born": "bob create", "patched": "bob update", "doomed": "alice delete"}, byObject,
 		"a change made while nothing watched must be authored by who made it")
+	requireNoCommitterChange(t, m, len(before))
+	require.GreaterOrEqual(t, metricValue(t, `kubescribe_attribution_resume_waits_total{outcome="resolved",reason="resumed"}`), 3.0)
+}
+
+// asProcess runs kubescribe as a process of its own for the rest of the test, so that the test
+// can kill it, and waits until that process reconciled the WatchRule "rule" of ns. At cleanup
+// the in-process kubescribe the other tests use runs again.
+func asProcess(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	server := binary(t, "./cmd/server", "kubescribe-server")
+	require.NoError(t, env.StopKubescribe())
+	require.NoError(t, env.StartKubescribeProcess(ctx, server))
+	t.Cleanup(func() {
+		if env.RunsProcess() {
+			_ = env.KillKubescribe()
+			require.NoError(t, env.StartKubescribe(ctx))
+		}
+	})
+	// The process's own reconcile of the rule: a new generation it alone can make Ready.
+	u, err := dynamicFor(t, "admin").Resource(v1alpha1.WatchRulesResource).Namespace(ns).Patch(ctx, "rule", types.MergePatchType,
+		[]byte(`{"spec":{"rules":[{"apiGroups":[""],"resources":["configmaps"],"operations":["CREATE","UPDATE","DELETE"]}]}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	waitReady(t, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady, u.GetGeneration())
 }
 
 // files lists the files of main, sorted.
@@ -107,22 +135,8 @@ func (m *mirror) lastChanges(t *testing.T, skip int) map[string]string {
 // last change of each object is authored by who made it.
 func TestKilledMidStreamLosesNothing(t *testing.T) {
 	ctx := context.Background()
-	server := binary(t, "./cmd/server", "kubescribe-server")
 	m := newMirror(t, "e2e-kill", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
-	require.NoError(t, env.StopKubescribe())
-	require.NoError(t, env.StartKubescribeProcess(ctx, server))
-	restarted := false
-	defer func() {
-		if !restarted { // leave the in-process kubescribe running for the other tests
-			_ = env.KillKubescribe()
-			require.NoError(t, env.StartKubescribe(ctx))
-		}
-	}()
-	// The process's own reconcile of the rule: a new generation it alone can make Ready.
-	u, err := dynamicFor(t, "admin").Resource(v1alpha1.WatchRulesResource).Namespace(m.ns).Patch(ctx, "rule", types.MergePatchType,
-		[]byte(`{"spec":{"rules":[{"apiGroups":[""],"resources":["configmaps"],"operations":["CREATE","UPDATE","DELETE"]}]}}`), metav1.PatchOptions{})
-	require.NoError(t, err)
-	waitReady(t, v1alpha1.WatchRulesResource, m.ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady, u.GetGeneration())
+	asProcess(t, m.ns)
 
 	clients := map[string]kubernetes.Interface{"alice": clientFor(t, "alice"), "bob": clientFor(t, "bob")}
 	type state struct {
@@ -166,7 +180,6 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 		write(users[(i+1)%2])
 	}
 	require.NoError(t, env.StartKubescribe(ctx))
-	restarted = true
 
 	var want []string
 	for name, st := range cluster {

@@ -244,6 +244,10 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	return s.waitReady(ctx)
 }
 
+// RunsProcess reports whether kubescribe runs as a process of its own
+// (StartKubescribeProcess), rather than in the test's process.
+func (s *Stack) RunsProcess() bool { return s.proc != nil }
+
 // KillKubescribe kills a kubescribe started by StartKubescribeProcess with SIGKILL: nothing
 // of its shutdown runs.
 func (s *Stack) KillKubescribe() error {
