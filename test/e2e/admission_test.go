@@ -170,6 +170,7 @@ func TestAdmissionAttribution(t *testing.T) {
 	t.Run("RefusedWritesAreNeverCredited", m.testRefusedWrites)
 	t.Run("TwoUsersSameWriteIsUnresolved", m.testAmbiguous)
 	t.Run("RedisDownStillAllows", m.testRedisDown)
+	t.Run("RestartDowntimeIsUnresolved", m.testRestart)
 	t.Run("ManagedWebhookConfiguration", m.testManagedWebhook)
 	t.Run("WriteLatency", m.testWriteLatency)
 }
@@ -452,6 +453,37 @@ func (m *managed) testRedisDown(t *testing.T) {
 	_, err = alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "alice|create configmaps adm-redis/after", waitSubjects(t, mi, 2)[1])
+}
+
+// kubescribe stopped while bob creates and patches and alice deletes: nothing recorded their
+// candidates (the webhook call failed, and the apiserver never retries it), so after the restart
+// the three changes are unresolved: never the committer's snapshot, never a guess.
+func (m *managed) testRestart(t *testing.T) {
+	ctx := context.Background()
+	mi := m.mirrorOn(t, "adm-restart")
+	alice, bob := m.client(t, "alice").CoreV1().ConfigMaps(mi.ns), m.client(t, "bob").CoreV1().ConfigMaps(mi.ns)
+	for _, name := range []string{"keep", "patched", "doomed"} {
+		_, err := alice.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	require.True(t, poll(60*time.Second, func() bool { return len(mi.files(t)) == 3 }), "files: %v", mi.files(t))
+	before := len(mi.commits(t))
+
+	require.NoError(t, m.s.StopKubescribe())
+	_, err := bob.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "born"}, Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = bob.Patch(ctx, "patched", types.MergePatchType, []byte(`{"data":{"k":"v2"}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.NoError(t, alice.Delete(ctx, "doomed", metav1.DeleteOptions{}))
+	require.NoError(t, m.s.StartKubescribe(ctx))
+
+	require.True(t, poll(90*time.Second, func() bool { return len(mi.lastChanges(t, before)) == 3 }),
+		"the three downtime changes must be committed: %v", mi.lastChanges(t, before))
+	unknown := "unknown (attribution unresolved)"
+	require.Equal(t, map[string]string{"born": unknown + " create", "patched": unknown + " update", "doomed": unknown + " delete"},
+		mi.lastChanges(t, before))
+	requireNoCommitterChange(t, mi, before)
+	require.NotContains(t, mi.git(t, "log", "--format=%B", "main"), "Kubescribe-Attribution: snapshot")
 }
 
 // kubescribe manages the webhook configuration when told how the apiserver reaches it: its rules
