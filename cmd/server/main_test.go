@@ -63,3 +63,21 @@ func TestParseCredentialRouteFlags(t *testing.T) {
 	_, _, err = parseFlags([]string{"--redis-addr=r:6379", "--audit-client-cert-routes=no-route"})
 	require.ErrorContains(t, err, "--audit-client-cert-routes")
 }
+
+// /metrics has a listener of its own, on by default and authenticated unless opted out.
+func TestParseMetricsFlags(t *testing.T) {
+	opts, _, err := parseFlags([]string{"--redis-addr=r:6379"})
+	require.NoError(t, err)
+	require.Equal(t, ":8080", opts.OpsListenAddress)
+	require.Equal(t, ":8081", opts.MetricsListenAddress)
+	require.False(t, opts.MetricsInsecureAllowUnauthenticated)
+
+	opts, _, err = parseFlags([]string{"--redis-addr=r:6379", "--metrics-listen-address=127.0.0.1:9090", "--metrics-insecure-allow-unauthenticated"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9090", opts.MetricsListenAddress)
+	require.True(t, opts.MetricsInsecureAllowUnauthenticated)
+
+	opts, _, err = parseFlags([]string{"--redis-addr=r:6379", "--metrics-listen-address="})
+	require.NoError(t, err)
+	require.Empty(t, opts.MetricsListenAddress)
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -74,6 +73,9 @@ type App struct {
 	// The admission listener and server; nil when disabled.
 	admissionLn  net.Listener
 	admissionSrv *http.Server
+	// The metrics listener and server; nil when disabled.
+	metricsLn  net.Listener
+	metricsSrv *http.Server
 	// candidates is the attribution webhook (on the admission listener); nil when disabled.
 	candidates *admission.Handler
 }
@@ -218,25 +220,61 @@ func New(opts Options) (_ *App, err error) {
 	if a.opsLn, err = a.listen("ops", opts.OpsListenAddress); err != nil {
 		return nil, err
 	}
+	if opts.AdmissionListenAddress == "" && opts.MetricsListenAddress == "" {
+		return a, nil
+	}
+	// The admission and metrics listeners serve one certificate, reloaded when it changes.
+	certFile, keyFile := opts.AdmissionTLSCertFile, opts.AdmissionTLSKeyFile
+	if certFile == "" {
+		certFile, keyFile = opts.TLSCertFile, opts.TLSKeyFile
+	}
+	certs, err := newCertReloader(certFile, keyFile, a.log.With("component", "tls"))
+	if err != nil {
+		return nil, fmt.Errorf("admission and metrics serving certificate: %w", err)
+	}
 	if opts.AdmissionListenAddress != "" {
-		if err := a.admission(kube, verdicts); err != nil {
+		if err := a.admission(kube, verdicts, certs); err != nil {
+			return nil, err
+		}
+	}
+	if opts.MetricsListenAddress != "" {
+		if err := a.metrics(restConfig, certs); err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
 }
 
-// admission builds the admission webhook's server and binds its listener.
-func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error {
-	certFile, keyFile := a.opts.AdmissionTLSCertFile, a.opts.AdmissionTLSKeyFile
-	if certFile == "" {
-		certFile, keyFile = a.opts.TLSCertFile, a.opts.TLSKeyFile
+// metrics builds the metrics server and binds its listener: TLS with the certificate of
+// certs, and every request authenticated and authorized against the Kubernetes API unless
+// the options opt out.
+func (a *App) metrics(restConfig *rest.Config, certs *certReloader) error {
+	log := a.log.With("component", "metrics")
+	var auth *metricsAuth
+	if a.opts.MetricsInsecureAllowUnauthenticated {
+		log.Warn("UNSAFE: /metrics is served without authentication or authorization (--metrics-insecure-allow-unauthenticated): " +
+			"anyone who reaches the metrics port can read it; guard it with a NetworkPolicy or an authenticating proxy")
+	} else {
+		// A client of its own (same identity), so that callers of the metrics port, whose
+		// reviews it makes, never spend the client-side rate limit of the controller's client.
+		kube, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("creating the metrics review client: %w", err)
+		}
+		if auth, err = newMetricsAuth(kube, log, a.opts.Registry); err != nil {
+			return err
+		}
 	}
-	log := a.log.With("component", "authz")
-	certs, err := newCertReloader(certFile, keyFile, log)
-	if err != nil {
-		return fmt.Errorf("admission serving certificate: %w", err)
-	}
+	a.metricsSrv = newServer(metricsHandler(a.opts.Registry, auth), a.log)
+	a.metricsSrv.TLSConfig = &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
+	var err error
+	a.metricsLn, err = a.listen("metrics", a.opts.MetricsListenAddress)
+	return err
+}
+
+// admission builds the admission webhook's server and binds its listener, serving the
+// certificate of certs.
+func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store, certs *certReloader) error {
 	cfg := &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
 	auth, err := a.admissionAuth()
 	if err != nil {
@@ -331,12 +369,16 @@ func (a *App) listen(name, addr string) (net.Listener, error) {
 func (a *App) AuditAddr() net.Addr { return a.auditLn.Addr() }
 func (a *App) OpsAddr() net.Addr   { return a.opsLn.Addr() }
 
-// AdmissionAddr is the admission listener's bound address; nil when it is disabled.
-func (a *App) AdmissionAddr() net.Addr {
-	if a.admissionLn == nil {
+// AdmissionAddr and MetricsAddr are the admission and metrics listeners' bound addresses; nil
+// when disabled.
+func (a *App) AdmissionAddr() net.Addr { return addrOf(a.admissionLn) }
+func (a *App) MetricsAddr() net.Addr   { return addrOf(a.metricsLn) }
+
+func addrOf(ln net.Listener) net.Addr {
+	if ln == nil {
 		return nil
 	}
-	return a.admissionLn.Addr()
+	return ln.Addr()
 }
 
 func newServer(h http.Handler, log *slog.Logger) *http.Server {
@@ -402,11 +444,12 @@ func (a *App) opsHandler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	r.Handle("/metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	return r
 }
 
-// readiness is ready only while running, Redis answers and the controller caches synced.
+// readiness is ready only while running, Redis answers and the controller caches synced. Its
+// error is /readyz's body, which anyone who reaches the ops port reads: it says what is not
+// ready, never an address or a server's message.
 func (a *App) readiness(ctx context.Context) error {
 	if !a.ready.Load() {
 		return errors.New("not running (starting or shutting down)")
@@ -414,7 +457,10 @@ func (a *App) readiness(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := a.store.Ping(ctx); err != nil {
-		return fmt.Errorf("redis: %v", err)
+		// The error names Redis' address and may quote its reply: it goes to the log only
+		// (once per probe, every 10s with deploy/deployment.yaml).
+		a.log.Warn("not ready: Redis does not answer PING", "component", "redis", "err", err)
+		return errors.New("redis: not answering")
 	}
 	if !a.controller.Synced() {
 		return errors.New("controller caches not synced")
@@ -430,8 +476,11 @@ func (a *App) readiness(ctx context.Context) error {
 func (a *App) Run(ctx context.Context) error {
 	// Parts that must outlive ctx until their turn in the shutdown run under bg.
 	bg := context.WithoutCancel(ctx)
-	serveErr := make(chan error, 3)
+	serveErr := make(chan error, 4)
 	a.serve("ops server", a.opsSrv, serveErr, func() error { return a.opsSrv.Serve(a.opsLn) })
+	if a.metricsSrv != nil {
+		a.serve("metrics server", a.metricsSrv, serveErr, func() error { return a.metricsSrv.ServeTLS(a.metricsLn, "", "") })
+	}
 
 	a.router.Start(bg)
 	a.life.onStop("git workers", a.router.Stop)
@@ -477,7 +526,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.ready.Store(true)
 	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
-		"admission", a.opts.AdmissionListenAddress != "", "attributionSource", a.opts.AttributionSource,
+		"metrics", a.opts.MetricsListenAddress, "admission", a.opts.AdmissionListenAddress != "", "attributionSource", a.opts.AttributionSource,
 		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
 
 	select {

@@ -54,8 +54,17 @@ type Options struct {
 
 	// AuditListenAddress serves POST /audit/{route} over TLS.
 	AuditListenAddress string
-	// OpsListenAddress serves /metrics, /healthz and /readyz over plain HTTP.
+	// OpsListenAddress serves /healthz and /readyz over plain HTTP, without authentication
+	// (kubelet probes present no credential).
 	OpsListenAddress string
+	// MetricsListenAddress serves /metrics over TLS, with the admission listener's serving
+	// certificate; empty disables it. Every request is authenticated with a TokenReview and
+	// authorized with a SubjectAccessReview (non-resource URL /metrics, verb get) against the
+	// Kubernetes API, unless MetricsInsecureAllowUnauthenticated.
+	MetricsListenAddress string
+	// MetricsInsecureAllowUnauthenticated serves /metrics without authentication or
+	// authorization (still over TLS): for a listener a sidecar or a NetworkPolicy guards.
+	MetricsInsecureAllowUnauthenticated bool
 	// TLSCertFile and TLSKeyFile are the audit listener's serving certificate (PEM).
 	TLSCertFile, TLSKeyFile string
 	// AuditClientCAFile verifies client certificates of apiservers (optional).
@@ -74,8 +83,9 @@ type Options struct {
 	// AdmissionListenAddress serves POST /validate/commitrequests over TLS; empty disables the
 	// admission webhook (CommitRequests then have no admission record: SubmitterUnknown).
 	AdmissionListenAddress string
-	// AdmissionTLSCertFile and AdmissionTLSKeyFile are the admission listener's serving
-	// certificate (PEM), reloaded when the files change; empty uses TLSCertFile/TLSKeyFile.
+	// AdmissionTLSCertFile and AdmissionTLSKeyFile are the serving certificate (PEM) of the
+	// admission and metrics listeners, reloaded when the files change; empty uses
+	// TLSCertFile/TLSKeyFile.
 	AdmissionTLSCertFile, AdmissionTLSKeyFile string
 	// AdmissionClientCAFile verifies the client certificate the apiserver presents to the
 	// admission webhooks (configured in its AdmissionConfiguration). With the admission
@@ -156,11 +166,12 @@ type Options struct {
 // DefaultOptions returns the defaults documented in docs/configuration.md.
 func DefaultOptions() Options {
 	return Options{
-		ClusterName:        "local",
-		RedisKeyPrefix:     keyspace.DefaultPrefix,
-		AuditListenAddress: ":8443",
-		OpsListenAddress:   ":8080",
-		AuditMaxBodyBytes:  audit.DefaultMaxBodyBytes,
+		ClusterName:          "local",
+		RedisKeyPrefix:       keyspace.DefaultPrefix,
+		AuditListenAddress:   ":8443",
+		OpsListenAddress:     ":8080",
+		MetricsListenAddress: ":8081",
+		AuditMaxBodyBytes:    audit.DefaultMaxBodyBytes,
 
 		AdmissionListenAddress: ":9443",
 		AdmissionMaxBodyBytes:  authz.DefaultMaxBodyBytes,

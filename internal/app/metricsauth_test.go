@@ -1,0 +1,347 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubescribe/kubescribe/test/controlplane"
+)
+
+// Users of fakeReviewer's tokens.
+const (
+	readerUser   = "system:serviceaccount:monitoring:prometheus"
+	strangerUser = "system:serviceaccount:shop:web"
+	sarFailsUser = "breaks-the-authorizer"
+)
+
+// fakeReviewer answers TokenReviews and SubjectAccessReviews as an apiserver would: three
+// tokens authenticate (the reader may get /metrics, the stranger may not, the third's
+// SubjectAccessReview fails with a 500); every other token is refused.
+type fakeReviewer struct {
+	tokenReviews, accessReviews atomic.Int32
+	// lastAccess is the spec of the last SubjectAccessReview.
+	lastAccess atomic.Pointer[authorizationv1.SubjectAccessReviewSpec]
+}
+
+var fakeTokens = map[string]string{"reader-token": readerUser, "stranger-token": strangerUser, "sar-fails-token": sarFailsUser}
+
+func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/apis/authentication.k8s.io/v1/tokenreviews":
+		f.tokenReviews.Add(1)
+		var tr authenticationv1.TokenReview
+		if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if name, ok := fakeTokens[tr.Spec.Token]; ok {
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: name, Groups: []string{"system:authenticated"}}}
+		} else {
+			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
+		}
+		_ = json.NewEncoder(w).Encode(tr)
+	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+		f.accessReviews.Add(1)
+		var sar authorizationv1.SubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		f.lastAccess.Store(&sar.Spec)
+		if sar.Spec.User == sarFailsUser {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd is down","code":500}`)
+			return
+		}
+		na := sar.Spec.NonResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == readerUser && sar.Spec.ResourceAttributes == nil && na != nil && na.Path == "/metrics" && na.Verb == "get"
+		_ = json.NewEncoder(w).Encode(sar)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// newFakeReviewer serves a fakeReviewer and returns it with a rest config reaching it.
+func newFakeReviewer(t *testing.T) (*fakeReviewer, *rest.Config) {
+	t.Helper()
+	f := &fakeReviewer{}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, &rest.Config{Host: srv.URL}
+}
+
+func newTestMetricsAuth(t *testing.T, cfg *rest.Config, logs io.Writer, reg *prometheus.Registry) *metricsAuth {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	m, err := newMetricsAuth(kube, slog.New(slog.NewTextHandler(logs, nil)), reg)
+	require.NoError(t, err)
+	return m
+}
+
+func serveMetrics(h http.Handler, method, path, authorization string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	if authorization != "" {
+		r.Header.Set("Authorization", authorization)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// An attacker without a token the Kubernetes API accepts gets 401 on every path; a real user
+// the API does not allow to get /metrics gets 403; neither sees a metric, and neither's token
+// reaches the log. The allowed reader gets the page, which counts the refusals.
+func TestMetricsAuthRefusesWhoeverMayNotRead(t *testing.T) {
+	f, cfg := newFakeReviewer(t)
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	auth := newTestMetricsAuth(t, cfg, &logs, reg)
+	h := metricsHandler(reg, auth)
+
+	for _, tc := range []struct {
+		name, method, path, authorization string
+		want                              int
+	}{
+		{name: "no credential", path: "/metrics", want: http.StatusUnauthorized},
+		{name: "no credential, another path", path: "/debug/pprof/", want: http.StatusUnauthorized},
+		{name: "no credential, POST", method: http.MethodPost, path: "/metrics", want: http.StatusUnauthorized},
+		{name: "basic auth", path: "/metrics", authorization: "Basic YWRtaW46YWRtaW4=", want: http.StatusUnauthorized},
+		{name: "empty bearer", path: "/metrics", authorization: "Bearer ", want: http.StatusUnauthorized},
+		{name: "garbage token", path: "/metrics", authorization: "Bearer garbage-token", want: http.StatusUnauthorized},
+		{name: "forged JWT", path: "/metrics", authorization: "Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6bW9uaXRvcmluZzpwcm9tZXRoZXVzIn0.Zm9yZ2Vk", want: http.StatusUnauthorized},
+		{name: "real user without the grant", path: "/metrics", authorization: "Bearer stranger-token", want: http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := tc.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			w := serveMetrics(h, method, tc.path, tc.authorization)
+			require.Equal(t, tc.want, w.Code, w.Body.String())
+			require.NotContains(t, w.Body.String(), "kubescribe_")
+			if tc.want == http.StatusUnauthorized {
+				require.Equal(t, `Bearer realm="kubescribe-metrics"`, w.Header().Get("WWW-Authenticate"))
+			}
+		})
+	}
+	require.Equal(t, 7.0, testutil.ToFloat64(auth.refused.WithLabelValues(metricsRefusedUnauthenticated)))
+	require.Equal(t, 1.0, testutil.ToFloat64(auth.refused.WithLabelValues(metricsRefusedForbidden)))
+	for _, secret := range []string{"garbage-token", "stranger-token", "YWRtaW46YWRtaW4=", "Zm9yZ2Vk"} {
+		require.NotContains(t, logs.String(), secret, "a credential reached the log")
+	}
+	require.Contains(t, logs.String(), "unauthenticated metrics request")
+	require.Contains(t, logs.String(), `msg="metrics request forbidden" user=`+strangerUser)
+
+	// The reader: the SubjectAccessReview asks for get on the non-resource URL /metrics.
+	w := serveMetrics(h, http.MethodGet, "/metrics", "Bearer reader-token")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Contains(t, w.Body.String(), `kubescribe_metrics_refused_total{reason="unauthenticated"} 7`)
+	spec := f.lastAccess.Load()
+	require.Equal(t, readerUser, spec.User)
+	require.Nil(t, spec.ResourceAttributes)
+	require.Equal(t, &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}, spec.NonResourceAttributes)
+
+	// Answers are cached: another scrape costs no review.
+	tokenReviews, accessReviews := f.tokenReviews.Load(), f.accessReviews.Load()
+	require.Equal(t, http.StatusOK, serveMetrics(h, http.MethodHead, "/metrics", "Bearer reader-token").Code)
+	require.Equal(t, tokenReviews, f.tokenReviews.Load())
+	require.Equal(t, accessReviews, f.accessReviews.Load())
+
+	// Other paths and methods are answered only once authenticated, and cost no access review.
+	require.Equal(t, http.StatusNotFound, serveMetrics(h, http.MethodGet, "/debug/pprof/", "Bearer reader-token").Code)
+	require.Equal(t, http.StatusMethodNotAllowed, serveMetrics(h, http.MethodPost, "/metrics", "Bearer stranger-token").Code)
+	require.Equal(t, accessReviews, f.accessReviews.Load())
+}
+
+// A SubjectAccessReview that fails refuses the request (500), counted and logged: kubescribe
+// never serves the page on an error.
+func TestMetricsAuthFailsClosed(t *testing.T) {
+	_, cfg := newFakeReviewer(t)
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	auth := newTestMetricsAuth(t, cfg, &logs, reg)
+	w := serveMetrics(metricsHandler(reg, auth), http.MethodGet, "/metrics", "Bearer sar-fails-token")
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+	require.NotContains(t, w.Body.String(), "kubescribe_")
+	require.Equal(t, 1.0, testutil.ToFloat64(auth.refused.WithLabelValues(metricsRefusedError)))
+	require.Contains(t, logs.String(), "the SubjectAccessReview failed")
+
+	// An apiserver that cannot be reached authenticates nobody.
+	reg = prometheus.NewRegistry()
+	auth = newTestMetricsAuth(t, &rest.Config{Host: "http://127.0.0.1:1"}, io.Discard, reg)
+	w = serveMetrics(metricsHandler(reg, auth), http.MethodGet, "/metrics", "Bearer reader-token")
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	require.Equal(t, 1.0, testutil.ToFloat64(auth.refused.WithLabelValues(metricsRefusedUnauthenticated)))
+}
+
+// testListeners is an App built by New with its ops and metrics servers running (nothing
+// else), and the pool that verifies its serving certificate.
+type testListeners struct {
+	app  *App
+	pool *x509.CertPool
+}
+
+// startListeners builds an App from o (with a serving certificate for 127.0.0.1 and an
+// admission certificate of common name "admission", which the metrics listener serves too)
+// and serves its ops and metrics listeners.
+func startListeners(t *testing.T, o Options) testListeners {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := controlplane.NewCA("test")
+	require.NoError(t, err)
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, b, 0o600))
+		return p
+	}
+	for _, cn := range []string{"audit", "admission"} {
+		certPEM, keyPEM, err := ca.Issue(cn, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}, false)
+		require.NoError(t, err)
+		write(cn+".crt", certPEM)
+		write(cn+".key", keyPEM)
+	}
+	o.TLSCertFile, o.TLSKeyFile = filepath.Join(dir, "audit.crt"), filepath.Join(dir, "audit.key")
+	o.AdmissionTLSCertFile, o.AdmissionTLSKeyFile = filepath.Join(dir, "admission.crt"), filepath.Join(dir, "admission.key")
+	o.AuditTokenFile = write("tokens", []byte("audit-token\n"))
+	o.AdmissionListenAddress, o.AdmissionClientCAFile = "", ""
+	o.AuditListenAddress, o.OpsListenAddress, o.MetricsListenAddress = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	o.RedisAddr = "127.0.0.1:1" // nothing answers
+	o.Logger = slog.New(slog.DiscardHandler)
+	a, err := New(o)
+	require.NoError(t, err)
+	go func() { _ = a.opsSrv.Serve(a.opsLn) }()
+	go func() { _ = a.metricsSrv.ServeTLS(a.metricsLn, "", "") }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.opsSrv.Shutdown(ctx)
+		_ = a.metricsSrv.Shutdown(ctx)
+		_ = a.life.stop(ctx)
+	})
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(ca.CertPEM))
+	return testListeners{app: a, pool: pool}
+}
+
+func (l testListeners) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: l.pool}}}
+}
+
+func (l testListeners) metricsURL() string {
+	return "https://" + l.app.MetricsAddr().String() + "/metrics"
+}
+
+func get(t *testing.T, c *http.Client, url, token string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}
+
+// The listeners as New binds them: /metrics is served only over TLS, with the admission
+// certificate, to a caller the Kubernetes API authenticates and allows; the ops listener
+// serves the probes to anyone and /metrics to no one.
+func TestMetricsListener(t *testing.T) {
+	f, cfg := newFakeReviewer(t)
+	o := validOptions()
+	o.RestConfig = cfg
+	l := startListeners(t, o)
+	c := l.client()
+
+	resp, _ := get(t, c, l.metricsURL(), "")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Equal(t, "admission", resp.TLS.PeerCertificates[0].Subject.CommonName, "the admission listener's certificate")
+	require.GreaterOrEqual(t, resp.TLS.Version, uint16(tls.VersionTLS12))
+	resp, _ = get(t, c, l.metricsURL(), "stranger-token")
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, body := get(t, c, l.metricsURL(), "reader-token")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, `kubescribe_metrics_refused_total{reason="forbidden"} 1`)
+	require.Positive(t, f.tokenReviews.Load())
+
+	// Plain HTTP to the metrics port: no page.
+	resp, body = get(t, http.DefaultClient, "http://"+l.app.MetricsAddr().String()+"/metrics", "reader-token")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.NotContains(t, body, "kubescribe_")
+
+	// The ops listener: probes without credentials, no metrics.
+	ops := "http://" + l.app.OpsAddr().String()
+	resp, body = get(t, http.DefaultClient, ops+"/healthz", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	resp, body = get(t, http.DefaultClient, ops+"/metrics", "reader-token")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.NotContains(t, body, "kubescribe_")
+	resp, body = get(t, http.DefaultClient, ops+"/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "not running (starting or shutting down)\n", body)
+
+	// Not ready because Redis does not answer: the body says so, without Redis' address.
+	l.app.ready.Store(true)
+	defer l.app.ready.Store(false)
+	resp, body = get(t, http.DefaultClient, ops+"/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "redis: not answering\n", body)
+}
+
+// --metrics-insecure-allow-unauthenticated serves the page to anyone, still over TLS only;
+// an empty address disables the listener.
+func TestMetricsListenerOptOut(t *testing.T) {
+	f, cfg := newFakeReviewer(t)
+	o := validOptions()
+	o.RestConfig = cfg
+	o.MetricsInsecureAllowUnauthenticated = true
+	l := startListeners(t, o)
+	resp, body := get(t, l.client(), l.metricsURL(), "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, "kubescribe_")
+	require.NotContains(t, body, "kubescribe_metrics_refused_total", "nothing is refused, so nothing is counted")
+	require.Zero(t, f.tokenReviews.Load()+f.accessReviews.Load())
+	resp, _ = get(t, http.DefaultClient, strings.Replace(l.metricsURL(), "https://", "http://", 1), "")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	o = validOptions()
+	o.RestConfig = cfg
+	o.MetricsListenAddress = ""
+	o.Logger = slog.New(slog.DiscardHandler)
+	o.RedisAddr = "127.0.0.1:1"
+	o.AdmissionListenAddress, o.AdmissionClientCAFile = "", ""
+	o.AuditListenAddress, o.OpsListenAddress = "127.0.0.1:0", "127.0.0.1:0"
+	o.TLSCertFile, o.TLSKeyFile, o.AuditTokenFile = l.app.opts.TLSCertFile, l.app.opts.TLSKeyFile, l.app.opts.AuditTokenFile
+	a, err := New(o)
+	require.NoError(t, err)
+	defer func() { _ = a.life.stop(context.Background()) }()
+	require.Nil(t, a.MetricsAddr())
+	require.Nil(t, a.metricsSrv)
+}
