@@ -381,6 +381,14 @@ func addrOf(ln net.Listener) net.Addr {
 	return ln.Addr()
 }
 
+// addrString is addr as a string, "" for nil (a disabled listener).
+func addrString(addr net.Addr) string {
+	if addr == nil {
+		return ""
+	}
+	return addr.String()
+}
+
 func newServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -526,7 +534,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.ready.Store(true)
 	a.log.Info("kubescribe running", "audit", a.AuditAddr().String(), "ops", a.OpsAddr().String(),
-		"metrics", a.opts.MetricsListenAddress, "admission", a.opts.AdmissionListenAddress != "", "attributionSource", a.opts.AttributionSource,
+		"metrics", addrString(a.MetricsAddr()), "admission", a.opts.AdmissionListenAddress != "", "attributionSource", a.opts.AttributionSource,
 		"cluster", a.opts.ClusterName, "redis", a.opts.RedisAddr, "keyPrefix", a.opts.RedisKeyPrefix)
 
 	select {
