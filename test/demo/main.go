@@ -137,11 +137,15 @@ func run() error {
     kubectl --kubeconfig %s get gitproviders,gittargets,watchrules,commitrequests -A -o wide
     git -c http.sslCAInfo=%s clone %s /tmp/demo-clone   (user %s, password in %s)
     git --git-dir %s log --format='%%an: %%s' main
-    curl -s %s/metrics | grep ^kubescribe_
+    curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" %s | grep ^kubescribe_
     logs: %s
 `, s.KubeconfigPath("alice"), s.KubeconfigPath("bob"), s.KubeconfigPath("admin"), caFile, s.Git.URL("demo"),
-		s.Git.Username, filepath.Join(dir, "git-password"), repoDir, s.OpsURL, strings.Join(s.LogPaths(), " "))
+		s.Git.Username, filepath.Join(dir, "git-password"), repoDir, caFile, filepath.Join(dir, "metrics-token"), s.MetricsURL,
+		strings.Join(s.LogPaths(), " "))
 	if err := os.WriteFile(filepath.Join(dir, "git-password"), []byte(s.Git.Password+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "metrics-token"), []byte(s.MetricsToken+"\n"), 0o600); err != nil {
 		return err
 	}
 	if term.IsTerminal(int(os.Stdin.Fd())) {

@@ -109,7 +109,7 @@ func (m *managed) waitAttributionWebhook(t *testing.T) {
 // stackMetric is the value of one series of s's kubescribe /metrics (0 when absent).
 func stackMetric(t *testing.T, s *stack.Stack, series string) float64 {
 	t.Helper()
-	m, err := stack.ScrapeMetrics(s.OpsURL)
+	m, err := s.ScrapeMetrics()
 	require.NoError(t, err)
 	return m[series]
 }

@@ -10,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/kubescribe/kubescribe/test/stack"
 )
 
 func get(t *testing.T, path string) (int, string) {
@@ -24,16 +22,24 @@ func get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// The ops endpoints answer as docs/operations.md says, with the documented series, after the
-// other tests drove audit batches, joins and pushes through kubescribe.
+// metricsPage is kubescribe's /metrics, read with the stack's metrics reader token.
+func metricsPage(t *testing.T) string {
+	t.Helper()
+	code, b, err := env.GetMetrics(env.MetricsToken)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	return string(b)
+}
+
+// The ops and metrics endpoints answer as docs/operations.md says, with the documented series,
+// after the other tests drove audit batches, joins and pushes through kubescribe.
 func TestOpsEndpoints(t *testing.T) {
 	code, _ := get(t, "/healthz")
 	require.Equal(t, http.StatusOK, code)
 	code, body := get(t, "/readyz")
 	require.Equal(t, http.StatusOK, code, body)
 
-	code, body = get(t, "/metrics")
-	require.Equal(t, http.StatusOK, code)
+	body = metricsPage(t)
 	for _, series := range []string{
 		`kubescribe_audit_requests_total{code="200"}`,
 		`kubescribe_audit_events_total{result="kept"}`,
@@ -64,7 +70,7 @@ func hasSeries(exposition, series string) bool {
 // kubescribe does not answer (it may be restarting; callers poll).
 func metricValue(t *testing.T, series string) float64 {
 	t.Helper()
-	m, err := stack.ScrapeMetrics(env.OpsURL)
+	m, err := env.ScrapeMetrics()
 	if err != nil {
 		return 0
 	}
@@ -87,7 +93,5 @@ func TestWatchAndRedisMetricsMove(t *testing.T) {
 	m.waitCommits(t, 1)
 	require.Greater(t, metricValue(t, created), events)
 	require.Greater(t, metricValue(t, redisOK), redisCalls)
-	code, body := get(t, "/metrics")
-	require.Equal(t, http.StatusOK, code)
-	require.True(t, hasSeries(body, "kubescribe_controller_queue_depth"))
+	require.True(t, hasSeries(metricsPage(t), "kubescribe_controller_queue_depth"))
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -111,6 +110,9 @@ spec: {targetRef: {name: target}, rules: [{apiGroups: [""], resources: [configma
 	createConfigMaps(t, alice, "first")
 	got := m.waitCommits(t, 1)
 	require.Equal(t, "alice|alice@users.kubescribe.invalid|kubescribe|create configmaps "+ns+"/first", got[len(got)-1])
+	// Its metrics listener reviews a scraper's token and access with the install's grants.
+	_, err = env.ScrapeMetrics()
+	require.NoError(t, err, "/metrics with the installed ServiceAccount's TokenReviews and SubjectAccessReviews")
 
 	// (2) What else the identity may do: nothing of the kind an attacker in its Pod wants.
 	for _, attrs := range []authorizationv1.ResourceAttributes{
@@ -199,13 +201,9 @@ func decodeRoles(t *testing.T, out string) map[string][]rbacv1.PolicyRule {
 // token the apiserver issues for it (TokenRequest, as the kubelet would mount it).
 func serviceAccountConfig(t *testing.T, admin kubernetes.Interface) *rest.Config {
 	t.Helper()
-	expiry := int64(2 * time.Hour / time.Second)
-	tok, err := admin.CoreV1().ServiceAccounts(installedSANamespace).CreateToken(context.Background(), installedSAName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
-	require.NoError(t, err)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: env.AdminConfig.Host, CertificateAuthorityData: env.AdminConfig.CAData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: serviceAccountToken(t, admin, installedSANamespace, installedSAName)}
 	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "sa"}
 	kc.CurrentContext = "e2e"
 	cfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()

@@ -123,7 +123,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	ksBefore, err := scrape(s.OpsURL)
+	ksBefore, err := scrape(s)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func run(o options) (err error) {
 		return err
 	}
 	elapsed := res.elapsed.Seconds()
-	ksAfterLoad, err := scrape(s.OpsURL)
+	ksAfterLoad, err := scrape(s)
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func run(o options) (err error) {
 		step("not settled after %.1fs (kubescribe idle, repository unchanged): %d differences", time.Since(settleStart).Seconds(), len(mismatch))
 	}
 
-	ksAfter, err := scrape(s.OpsURL)
+	ksAfter, err := scrape(s)
 	if err != nil {
 		return err
 	}
@@ -539,7 +539,7 @@ func settle(ctx context.Context, s *stack.Stack, repoDir string, timeout time.Du
 		if string(tip) != lastTip {
 			lastTip, lastMove = string(tip), time.Now()
 		}
-		m, err := scrape(s.OpsURL)
+		m, err := scrape(s)
 		if err != nil {
 			return nil, err
 		}
@@ -668,9 +668,9 @@ func apiserverAuditCounters(ctx context.Context, s *stack.Stack) (auditCounters,
 
 type metrics map[string]float64 // "name{labels}" -> value
 
-// scrape reads kubescribe's /metrics at opsURL.
-func scrape(opsURL string) (metrics, error) {
-	m, err := stack.ScrapeMetrics(opsURL)
+// scrape reads kubescribe's /metrics.
+func scrape(s *stack.Stack) (metrics, error) {
+	m, err := s.ScrapeMetrics()
 	return metrics(m), err
 }
 

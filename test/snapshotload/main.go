@@ -234,7 +234,7 @@ func run(c config) (err error) {
 	res.snapshotHeapTop = mon.peakProfile()
 	logf("snapshot pushed in %s (%d commits): %s", res.snapshotWall.Round(time.Millisecond), res.snapshotCommits, res.snapshotEnd)
 	res.snapshotIdle = mon.settle(ctx, c.idle)
-	logf("after %s idle: %s; %s", c.idle, res.snapshotIdle, runtimeMemory(s.OpsURL))
+	logf("after %s idle: %s; %s", c.idle, res.snapshotIdle, runtimeMemory(s))
 	res.snapshotIdleTop = mon.idleProfile("snapshot")
 
 	// Phase 2: further changes by alice and bob in turn, in rounds.
@@ -260,7 +260,7 @@ func run(c config) (err error) {
 			res.changesHeapTop = mon.peakProfile()
 		}
 		r.idle = mon.settle(ctx, c.idle)
-		logf("after %s idle: %s; %s", c.idle, r.idle, runtimeMemory(s.OpsURL))
+		logf("after %s idle: %s; %s", c.idle, r.idle, runtimeMemory(s))
 		if round == 0 {
 			res.changesIdle = r.idle
 			res.changesIdleTop = mon.idleProfile("changes")
@@ -300,7 +300,7 @@ func restart(ctx context.Context, c config, s *stack.Stack, bin, repoDir string,
 	mon = newMonitor(pid, "", c.dir)
 	mon.resetPeak("restart")
 	if err := waitFor(ctx, c.snapshotTimeout, 200*time.Millisecond, func() (bool, string) {
-		m, _ := stack.ScrapeMetrics(s.OpsURL) // an unreadable page reads as nothing passed yet
+		m, _ := s.ScrapeMetrics() // an unreadable page reads as nothing passed yet
 		joined := m[`kubescribe_attribution_joins_total{result="snapshot"}`]
 		waiting := m["kubescribe_attribution_pending_changes"] + m["kubescribe_git_pending_changes"]
 		return joined >= float64(c.objects) && waiting == 0, fmt.Sprintf("%.0f of %d objects passed the join, %.0f changes held", joined, c.objects, waiting)
@@ -660,8 +660,8 @@ func mib(kib int) float64 { return float64(kib) / 1024 }
 // the resident set: heap in spans that hold an object, heap allocated (live, or garbage not
 // collected yet), stacks, and the runtime's own structures (GC metadata, spans, profiling
 // buckets, other). Unlike a heap profile it allocates next to nothing in the server.
-func runtimeMemory(opsURL string) string {
-	v, err := stack.ScrapeMetrics(opsURL)
+func runtimeMemory(s *stack.Stack) string {
+	v, err := s.ScrapeMetrics()
 	if err != nil {
 		return fmt.Sprintf("runtime memory: %v", err)
 	}

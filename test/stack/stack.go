@@ -64,8 +64,15 @@ type Options struct {
 // Stack is a running control plane with kubescribe installed and running.
 type Stack struct {
 	*controlplane.ControlPlane
-	// OpsURL is kubescribe's ops endpoint (http://127.0.0.1:port).
+	// OpsURL is kubescribe's ops endpoint (http://127.0.0.1:port): /healthz and /readyz.
 	OpsURL string
+	// MetricsURL is kubescribe's /metrics (https://127.0.0.1:port/metrics), served with the
+	// control plane's audit serving certificate (signed by its CA). Read it with ScrapeMetrics
+	// or GetMetrics.
+	MetricsURL string
+	// MetricsToken is a token of the ServiceAccount MetricsReader, bound to deploy/rbac.yaml's
+	// ClusterRole kubescribe-metrics-reader, as Prometheus' would be.
+	MetricsToken string
 	// LogPath is kubescribe's own log.
 	LogPath string
 	// AdmissionURL is kubescribe's CommitRequest webhook, served over TLS with the control
@@ -81,6 +88,8 @@ type Stack struct {
 	done             chan error
 	// proc is kubescribe when it runs as a process (StartKubescribeProcess).
 	proc *exec.Cmd
+	// metricsClient verifies kubescribe's serving certificate with the control plane's CA.
+	metricsClient *http.Client
 
 	// admissionAddr is kept across restarts, so the webhook registration stays valid.
 	admissionAddr string
@@ -124,7 +133,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.RegisterWebhook(ctx); err != nil {
 		return nil, fmt.Errorf("registering the admission webhook: %w", err)
 	}
-	logf("stack: kubescribe ready (ops %s, log %s)", s.OpsURL, s.LogPath)
+	logf("stack: kubescribe ready (ops %s, metrics %s, log %s)", s.OpsURL, s.MetricsURL, s.LogPath)
 	return s, nil
 }
 
@@ -155,6 +164,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	o.RedisAddr = cp.RedisAddr
 	o.AuditListenAddress = cp.Audit.ListenAddr
 	o.OpsListenAddress = "127.0.0.1:0"
+	o.MetricsListenAddress = "127.0.0.1:0"
 	o.TLSCertFile, o.TLSKeyFile = cp.Audit.CertFile, cp.Audit.KeyFile
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
@@ -190,6 +200,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	s.OpsURL = "http://" + s.app.OpsAddr().String()
+	s.MetricsURL = "https://" + s.app.MetricsAddr().String() + "/metrics"
 	s.admissionAddr = s.app.AdmissionAddr().String()
 	s.AdmissionURL = "https://" + s.admissionAddr + authz.Path
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -212,6 +223,10 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
+	metricsAddr, err := controlplane.FreeAddr()
+	if err != nil {
+		return err
+	}
 	grace := s.grace
 	if grace <= 0 {
 		grace = app.DefaultOptions().AttributionGrace
@@ -220,7 +235,7 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 		"--kubeconfig="+cp.KubeconfigPath("kubescribe"),
 		"--redis-addr="+cp.RedisAddr,
 		"--audit-listen-address="+cp.Audit.ListenAddr,
-		"--ops-listen-address="+opsAddr,
+		"--ops-listen-address="+opsAddr, "--metrics-listen-address="+metricsAddr,
 		"--tls-cert-file="+cp.Audit.CertFile, "--tls-private-key-file="+cp.Audit.KeyFile,
 		"--audit-client-ca-file="+cp.Audit.ClientCAFile, "--audit-token-file="+cp.Audit.TokenFile,
 		// The CommitRequest webhook on the address it was registered with (disabled when no
@@ -238,7 +253,7 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", bin, err)
 	}
-	s.proc, s.OpsURL = cmd, "http://"+opsAddr
+	s.proc, s.OpsURL, s.MetricsURL = cmd, "http://"+opsAddr, "https://"+metricsAddr+"/metrics"
 	s.done = make(chan error, 1)
 	go func() { s.done <- cmd.Wait() }()
 	return s.waitReady(ctx)
@@ -343,7 +358,7 @@ func (s *Stack) waitReady(ctx context.Context) error {
 
 // install applies deploy/'s CRDs, namespace and RBAC as admin and binds the kubescribe
 // ClusterRole to the token user "kubescribe", as an operator would bind it to the
-// ServiceAccount.
+// ServiceAccount, and kubescribe-metrics-reader to the ServiceAccount MetricsReader.
 func (s *Stack) install(ctx context.Context) error {
 	root, err := RepoRoot()
 	if err != nil {
@@ -365,6 +380,12 @@ func (s *Stack) install(ctx context.Context) error {
 		return err
 	}
 	if err := s.grantTestUser(ctx, kube, root); err != nil {
+		return err
+	}
+	if s.MetricsToken, err = grantMetricsReader(ctx, kube); err != nil {
+		return err
+	}
+	if s.metricsClient, err = newMetricsClient(s.CA.CertPEM); err != nil {
 		return err
 	}
 	// Wait until the CRDs are served.
