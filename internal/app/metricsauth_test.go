@@ -49,13 +49,13 @@ var fakeTokens = map[string]string{"reader-token": readerUser, "stranger-token":
 
 func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
+	var tr authenticationv1.TokenReview
+	var sar authorizationv1.SubjectAccessReview
 	switch r.URL.Path {
 	case "/apis/authentication.k8s.io/v1/tokenreviews":
 		f.tokenReviews.Add(1)
-		var tr authenticationv1.TokenReview
-		if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+		if json.NewDecoder(r.Body).Decode(&tr) != nil {
+			break
 		}
 		if name, ok := fakeTokens[tr.Spec.Token]; ok {
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: name, Groups: []string{"system:authenticated"}}}
@@ -63,12 +63,11 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
 		_ = json.NewEncoder(w).Encode(tr)
+		return
 	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
 		f.accessReviews.Add(1)
-		var sar authorizationv1.SubjectAccessReview
-		if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+		if json.NewDecoder(r.Body).Decode(&sar) != nil {
+			break
 		}
 		f.lastAccess.Store(&sar.Spec)
 		if sar.Spec.User == sarFailsUser {
@@ -79,9 +78,12 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		na := sar.Spec.NonResourceAttributes
 		sar.Status.Allowed = sar.Spec.User == readerUser && sar.Spec.ResourceAttributes == nil && na != nil && na.Path == "/metrics" && na.Verb == "get"
 		_ = json.NewEncoder(w).Encode(sar)
+		return
 	default:
 		http.NotFound(w, r)
+		return
 	}
+	http.Error(w, "undecodable review", http.StatusBadRequest)
 }
 
 // newFakeReviewer serves a fakeReviewer and returns it with a rest config reaching it.
