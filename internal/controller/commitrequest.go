@@ -94,6 +94,15 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 			return c.writeStatus(ctx, v1alpha1.CommitRequestsResource, &cr, before, st)
 		}
 		res = git.CloseResult{Outcome: git.ClosePending}
+	} else if meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAuthorAttributed) == nil {
+		// Handed over by an earlier process that stopped before its status write landed (the
+		// router kept the close): the condition and the submitter come from the same record.
+		if v, found, err := c.lookupVerdict(ctx, &cr); err == nil {
+			setAuthorAttributed(&cr, v, found)
+			if found {
+				st.Submitter = v.Submitter.Username
+			}
+		}
 	}
 
 	switch res.Outcome {
