@@ -247,33 +247,68 @@ type joinItem struct {
 	prev     chan struct{} // closed once the previous change of the object path is emitted
 	done     chan struct{} // closed once this one is
 	emit     func(AttributedChange)
+	// listed is when a listed change's first look found no fact (resolveListed).
+	listed time.Time
 }
 
-// resolveListed resolves queued listed changes until none is left.
+// resolveListed resolves queued listed changes until none is left. A listed change that no
+// fact explains yet gets one more look once the grace window since it was listed has passed: an
+// object written just before its stream listed it (a user's create racing a new GitTarget) has
+// its fact on the way, and is that user's change, not the committer's snapshot.
 func (j *Joiner) resolveListed() {
+	var later []joinItem // first looks found nothing yet; oldest first
 	for {
 		j.listMu.Lock()
 		batch := j.listed
 		j.listed = nil
-		if len(batch) == 0 {
+		if len(batch) == 0 && len(later) == 0 {
 			j.listing = false
 			j.listMu.Unlock()
 			return
 		}
 		j.listMu.Unlock()
 		for _, it := range batch {
-			j.deliver(it)
+			src := j.sourceOf(it.c.Cluster)
+			a, again := j.lookupListed(it.c, src)
+			if again {
+				it.listed = time.Now()
+				later = append(later, it)
+				continue
+			}
+			j.finish(it, a, false)
 		}
+		if len(batch) > 0 || len(later) == 0 {
+			continue // first looks before second ones
+		}
+		time.Sleep(time.Until(later[0].listed.Add(j.grace)))
+		now := time.Now()
+		n := 0
+		for n < len(later) && !later[n].listed.Add(j.grace).After(now) {
+			it := later[n]
+			a, _ := j.lookupListed(it.c, j.sourceOf(it.c.Cluster))
+			if !a.Resolved {
+				j.metrics.observe("snapshot", 0)
+			}
+			j.finish(it, a, false)
+			n++
+		}
+		later = later[n:]
 	}
 }
 
 // deliver resolves a change's author, waits for the previous change of its object path and
-// emits it. A change abandoned at shutdown (Abandon) is not emitted: its stream's cursor does
-// not cover it, so the next start finds it again.
+// emits it.
 func (j *Joiner) deliver(it joinItem) {
+	author, abandoned := j.resolve(it.key, it.c)
+	j.finish(it, author, abandoned)
+}
+
+// finish waits for the previous change of it's object path and emits it with author. A change
+// abandoned at shutdown (Abandon) is not emitted: its stream's cursor does not cover it, so the
+// next start finds it again.
+func (j *Joiner) finish(it joinItem, author Author, abandoned bool) {
 	defer j.wg.Done()
 	c := it.c
-	author, abandoned := j.resolve(it.key, c)
 	if it.prev != nil {
 		<-it.prev
 	}
@@ -376,7 +411,11 @@ func (j *Joiner) Wait(ctx context.Context) error {
 func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned bool) {
 	src := j.sourceOf(c.Cluster)
 	if c.Snapshot && !c.Resumed {
-		return j.lookupListed(c, src), false
+		a, again := j.lookupListed(c, src)
+		if again {
+			j.metrics.observe("snapshot", 0)
+		}
+		return a, false
 	}
 	if c.Snapshot && !src.audit() {
 		// Changed while nothing watched, on a cluster without audit facts: the admission
@@ -476,36 +515,40 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 	}
 }
 
-// lookupListed finds the author of a change a stream's list found without a cursor that
-// shows it changed: looked up once, without waiting.
-func (j *Joiner) lookupListed(c watch.Change, src Source) Author {
+// lookupListed looks up, once, the author of a change a stream's list found without a cursor
+// that shows it changed. again reports that no fact was found although one may still come (the
+// caller counts the snapshot when it gives up); without it, the answer is final and counted.
+func (j *Joiner) lookupListed(c watch.Change, src Source) (a Author, again bool) {
 	if c.Unchanged {
 		// The folder held this version at the last push: nobody changed it, so there is
 		// no fact to look for. If the writer has to write it again, that is a snapshot.
 		j.metrics.observe("snapshot", 0)
-		return Author{}
+		return Author{}, false
 	}
 	if !src.audit() {
 		// A listed change has no base version: no admission candidate can confirm it.
 		j.metrics.observe("snapshot", 0)
-		return Author{}
+		return Author{}, false
 	}
 	// Listed changes are looked up one after another; while Redis fails, they are not
 	// looked up at all for a while, so that a list of thousands does not wait out a
 	// timeout each.
-	if time.Now().UnixNano() >= j.listOutageUntil.Load() {
-		f, err := j.lookupErr(c)
-		if f != nil {
-			j.metrics.observe("resolved", 0)
-			j.metrics.resolvedBy(SourceAudit)
-			return authorFrom(f)
-		}
-		if err != nil {
-			j.listOutageUntil.Store(time.Now().Add(listOutagePause).UnixNano())
-		}
+	if time.Now().UnixNano() < j.listOutageUntil.Load() {
+		j.metrics.observe("snapshot", 0)
+		return Author{}, false
 	}
-	j.metrics.observe("snapshot", 0)
-	return Author{}
+	f, err := j.lookupErr(c)
+	switch {
+	case f != nil:
+		j.metrics.observe("resolved", 0)
+		j.metrics.resolvedBy(SourceAudit)
+		return authorFrom(f), false
+	case err != nil:
+		j.listOutageUntil.Store(time.Now().Add(listOutagePause).UnixNano())
+		j.metrics.observe("snapshot", 0)
+		return Author{}, false
+	}
+	return Author{}, true
 }
 
 // The reasons a change waits the resume grace.

@@ -134,15 +134,35 @@ func TestJoinUnresolvedAfterGrace(t *testing.T) {
 	facts.mu.Unlock()
 }
 
+// TestJoinSnapshotNeedsNoFact: a listed change no fact explains is the committer's snapshot
+// once its second look, a grace window after the first, finds none either.
 func TestJoinSnapshotNeedsNoFact(t *testing.T) {
 	facts := newFakeFacts()
-	j, out := startJoiner(t, facts, time.Hour)
+	j, out := startJoiner(t, facts, 20*time.Millisecond)
 	c := change("u1", "10", watch.OpCreate)
 	c.Snapshot = true
 	j.Join(c, func(c AttributedChange) { out <- c })
 	got := <-out
 	require.True(t, got.Snapshot)
 	require.False(t, got.Author.Resolved)
+	facts.mu.Lock()
+	defer facts.mu.Unlock()
+	require.Equal(t, 2, facts.lookups, "one look when listed, one a grace window later: no polling")
+}
+
+// TestJoinListedChangeRacingItsFact: an object written just before its stream listed it (its
+// fact still on the way) is credited to its writer by the second look, not the committer.
+func TestJoinListedChangeRacingItsFact(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoiner(t, facts, 2*time.Second)
+	c := change("u1", "10", watch.OpCreate)
+	c.Snapshot = true
+	j.Join(c, func(c AttributedChange) { out <- c })
+	require.Eventually(t, func() bool { facts.mu.Lock(); defer facts.mu.Unlock(); return facts.lookups == 1 }, 5*time.Second, time.Millisecond)
+	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1"}, false)
+	got := <-out
+	require.Equal(t, "alice", got.Author.Username)
+	require.False(t, got.Snapshot)
 }
 
 func TestJoinOrderPerObjectAndOthersFlow(t *testing.T) {
@@ -179,7 +199,7 @@ func TestJoinOrderPerObjectAndOthersFlow(t *testing.T) {
 func TestJoinSnapshotCreditedToItsFact(t *testing.T) {
 	facts := newFakeFacts()
 	facts.add(audit.Fact{Route: "local", UID: "u1", ResourceVersion: "10", Verb: "create", User: audit.Identity{Username: "alice"}, AuditID: "a1"}, false)
-	j, out := startJoiner(t, facts, time.Hour) // a snapshot change must not wait for the grace
+	j, out := startJoiner(t, facts, 20*time.Millisecond)
 	known := change("u1", "10", watch.OpCreate)
 	known.Snapshot = true
 	unknown := change("u2", "11", watch.OpCreate)
