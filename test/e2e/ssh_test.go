@@ -73,6 +73,9 @@ func TestSSHProvider(t *testing.T) {
 	require.NotContains(t, rejected.Message, "PRIVATE KEY")
 	waitReady(t, v1alpha1.GitTargetsResource, ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
 	waitReady(t, v1alpha1.GitTargetsResource, ns, "refused", metav1.ConditionFalse, v1alpha1.ReasonProviderNotReady)
+	// The rule watches before alice writes: a ConfigMap the rule's first list found would be
+	// the folder's first adoption, the committer's snapshot, unless its fact came first.
+	waitReady(t, v1alpha1.WatchRulesResource, ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
 
 	createConfigMaps(t, clientFor(t, "alice").CoreV1().ConfigMaps(ns), "over-ssh")
 	log := func(branch string) string {
