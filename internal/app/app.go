@@ -261,9 +261,7 @@ func (a *App) metrics(restConfig *rest.Config, certs *certReloader) error {
 		if err != nil {
 			return fmt.Errorf("creating the metrics review client: %w", err)
 		}
-		if auth, err = newMetricsAuth(kube, log, a.opts.Registry); err != nil {
-			return err
-		}
+		auth = newMetricsAuth(kube, log, a.opts.Registry)
 	}
 	a.metricsSrv = newServer(metricsHandler(a.opts.Registry, auth), a.log)
 	a.metricsSrv.TLSConfig = &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}

@@ -23,7 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubescribe/kubescribe/test/controlplane"
@@ -54,7 +56,7 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/apis/authentication.k8s.io/v1/tokenreviews":
 		f.tokenReviews.Add(1)
-		if json.NewDecoder(r.Body).Decode(&tr) != nil {
+		if decodeReview(r, &tr) != nil {
 			break
 		}
 		if name, ok := fakeTokens[tr.Spec.Token]; ok {
@@ -66,7 +68,7 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
 		f.accessReviews.Add(1)
-		if json.NewDecoder(r.Body).Decode(&sar) != nil {
+		if decodeReview(r, &sar) != nil {
 			break
 		}
 		f.lastAccess.Store(&sar.Spec)
@@ -86,6 +88,17 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "undecodable review", http.StatusBadRequest)
 }
 
+// decodeReview decodes r's body into review, in JSON or in protobuf (which client-go's typed
+// clients send to the apiserver by default).
+func decodeReview(r *http.Request, review runtime.Object) error {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	_, _, err = scheme.Codecs.UniversalDeserializer().Decode(b, nil, review)
+	return err
+}
+
 // newFakeReviewer serves a fakeReviewer and returns it with a rest config reaching it.
 func newFakeReviewer(t *testing.T) (*fakeReviewer, *rest.Config) {
 	t.Helper()
@@ -99,9 +112,7 @@ func newTestMetricsAuth(t *testing.T, cfg *rest.Config, logs io.Writer, reg *pro
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	m, err := newMetricsAuth(kube, slog.New(slog.NewTextHandler(logs, nil)), reg)
-	require.NoError(t, err)
-	return m
+	return newMetricsAuth(kube, slog.New(slog.NewTextHandler(logs, nil)), reg)
 }
 
 func serveMetrics(h http.Handler, method, path, authorization string) *httptest.ResponseRecorder {
