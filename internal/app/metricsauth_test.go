@@ -40,14 +40,25 @@ const (
 
 // fakeReviewer answers TokenReviews and SubjectAccessReviews as an apiserver would: three
 // tokens authenticate (the reader may get /metrics, the stranger may not, the third's
-// SubjectAccessReview fails with a 500); every other token is refused.
+// SubjectAccessReview fails with a 500), and extraUserToken as extraUser; every other token is
+// refused.
 type fakeReviewer struct {
 	tokenReviews, accessReviews atomic.Int32
-	// lastAccess is the spec of the last SubjectAccessReview.
+	// lastToken and lastAccess are the specs of the last TokenReview and SubjectAccessReview.
+	lastToken  atomic.Pointer[authenticationv1.TokenReviewSpec]
 	lastAccess atomic.Pointer[authorizationv1.SubjectAccessReviewSpec]
+	// failTokenReviews is how many TokenReviews to come fail with a 500.
+	failTokenReviews atomic.Int32
 }
 
 var fakeTokens = map[string]string{"reader-token": readerUser, "stranger-token": strangerUser, "sar-fails-token": sarFailsUser}
+
+// extraUser is the user of extraUserToken: with a UID and extra information, and, unlike the
+// apiserver's users, not in system:authenticated.
+const extraUserToken = "extra-user-token"
+
+var extraUser = authenticationv1.UserInfo{Username: "extra-user", UID: "5b1f", Groups: []string{"team"},
+	Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/credential-id": {"JTI=1"}}}
 
 func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
@@ -59,8 +70,16 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if decodeReview(r, &tr) != nil {
 			break
 		}
+		f.lastToken.Store(&tr.Spec)
+		if f.failTokenReviews.Load() > 0 {
+			f.failTokenReviews.Add(-1)
+			etcdIsDown(w)
+			return
+		}
 		if name, ok := fakeTokens[tr.Spec.Token]; ok {
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: name, Groups: []string{"system:authenticated"}}}
+		} else if tr.Spec.Token == extraUserToken {
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: extraUser}
 		} else {
 			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
@@ -73,8 +92,7 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.lastAccess.Store(&sar.Spec)
 		if sar.Spec.User == sarFailsUser {
-			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd is down","code":500}`)
+			etcdIsDown(w)
 			return
 		}
 		na := sar.Spec.NonResourceAttributes
@@ -86,6 +104,12 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Error(w, "undecodable review", http.StatusBadRequest)
+}
+
+// etcdIsDown answers as an apiserver that cannot reach its storage.
+func etcdIsDown(w http.ResponseWriter) {
+	w.WriteHeader(http.StatusInternalServerError)
+	_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd is down","code":500}`)
 }
 
 // decodeReview decodes r's body into review, in JSON or in protobuf (which client-go's typed
@@ -209,6 +233,41 @@ func TestMetricsAuthFailsClosed(t *testing.T) {
 	w = serveMetrics(metricsHandler(reg, auth), http.MethodGet, "/metrics", "Bearer reader-token")
 	require.Equal(t, http.StatusUnauthorized, w.Code)
 	require.Equal(t, 1.0, testutil.ToFloat64(auth.refused.WithLabelValues(metricsRefusedUnauthenticated)))
+}
+
+// The reviews as k8s.io/apiserver's delegating authenticator and authorizer made them: the
+// TokenReview names no audience (the apiserver's own), the SubjectAccessReview carries the
+// user's UID, groups (with system:authenticated) and extra information, a review the apiserver
+// failed with a 500 is tried again, and the token cache never holds a token.
+func TestMetricsAuthReviews(t *testing.T) {
+	f, cfg := newFakeReviewer(t)
+	reg := prometheus.NewRegistry()
+	auth := newTestMetricsAuth(t, cfg, io.Discard, reg)
+	h := metricsHandler(reg, auth)
+
+	require.Equal(t, http.StatusForbidden, serveMetrics(h, http.MethodGet, "/metrics", "Bearer "+extraUserToken).Code)
+	require.Empty(t, f.lastToken.Load().Audiences)
+	require.Equal(t, &authorizationv1.SubjectAccessReviewSpec{
+		User: extraUser.Username, UID: extraUser.UID, Groups: []string{"team", "system:authenticated"},
+		Extra:                 map[string]authorizationv1.ExtraValue{"authentication.kubernetes.io/credential-id": {"JTI=1"}},
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+	}, f.lastAccess.Load())
+
+	// Two 500s, then the answer: one scrape, three TokenReviews, 200ms and 400ms apart.
+	f.failTokenReviews.Store(2)
+	before := f.tokenReviews.Load()
+	require.Equal(t, http.StatusOK, serveMetrics(h, http.MethodGet, "/metrics", "bearer reader-token").Code)
+	require.Equal(t, before+3, f.tokenReviews.Load())
+	// Three 500s: the scrape is refused, and the failure is not cached.
+	f.failTokenReviews.Store(3)
+	require.Equal(t, http.StatusUnauthorized, serveMetrics(h, http.MethodGet, "/metrics", "Bearer stranger-token").Code)
+	require.Equal(t, http.StatusForbidden, serveMetrics(h, http.MethodGet, "/metrics", "Bearer stranger-token").Code)
+
+	keys := auth.tokens.Keys()
+	require.Len(t, keys, 3, "the extra user, the reader and the stranger")
+	for _, k := range keys {
+		require.IsType(t, [32]byte{}, k)
+	}
 }
 
 // testListeners is an App built by New with its ops and metrics servers running (nothing
