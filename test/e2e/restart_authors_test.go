@@ -67,14 +67,16 @@ func TestKilledDuringCreatesKeepsEveryAuthor(t *testing.T) {
 	// The scenario: two seconds down while alice goes on creating.
 	time.Sleep(2 * time.Second)
 	require.NoError(t, env.StartKubescribe(ctx))
+	restarted := time.Now()
 	require.NoError(t, <-done)
 
 	var want []string
 	for i := range 40 {
 		want = append(want, objectFile(m, "", "configmaps", fmt.Sprintf("cm-%02d", i)))
 	}
-	require.True(t, poll(4*time.Minute, func() bool { return slices.Equal(m.files(t), want) }),
+	require.True(t, poll(4*time.Minute, func() bool { return slices.Equal(m.files(t), want) && len(m.lastChanges(t, 0)) == 40 }),
 		"the folder must hold the 40 ConfigMaps: %v", m.files(t))
+	t.Logf("all 40 creates committed %s after the restart", time.Since(restarted).Round(time.Second))
 	byObject := m.lastChanges(t, 0)
 	require.Len(t, byObject, 40)
 	for name, last := range byObject {
@@ -112,6 +114,7 @@ func TestOutageLongerThanTheRetryWindow(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(time.Until(stopped.Add(102 * time.Second)))
 	require.NoError(t, env.StartKubescribe(ctx))
+	restarted := time.Now()
 
 	want := []string{objectFile(m, "", "configmaps", "early"), objectFile(m, "", "configmaps", "keep"),
 		objectFile(m, "", "configmaps", "late"), objectFile(m, "", "configmaps", "patched")}
@@ -121,6 +124,7 @@ func TestOutageLongerThanTheRetryWindow(t *testing.T) {
 		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", "main:"+objectFile(m, "", "configmaps", "patched")), "v2") &&
 			len(m.lastChanges(t, before)) == 4
 	}), "the folder must equal the cluster: %v", m.files(t))
+	t.Logf("the four downtime changes committed %s after the restart", time.Since(restarted).Round(time.Second))
 	unknown := attribution.UnresolvedUsername
 	require.Equal(t, map[string]string{"early": unknown + " create", "patched": unknown + " update", "doomed": unknown + " delete", "late": "alice create"},
 		m.lastChanges(t, before))

@@ -42,12 +42,15 @@ func TestRestartResumesAndAttributes(t *testing.T) {
 	require.NoError(t, alice.Delete(ctx, "doomed", metav1.DeleteOptions{}))
 	time.Sleep(time.Until(stopped.Add(5 * time.Second))) // the scenario: five seconds down
 	require.NoError(t, env.StartKubescribe(ctx))
+	restarted := time.Now()
 
 	want := []string{objectFile(m, "", "configmaps", "born"), objectFile(m, "", "configmaps", "keep"), objectFile(m, "", "configmaps", "patched")}
 	patched := "main:" + objectFile(m, "", "configmaps", "patched")
 	require.True(t, poll(90*time.Second, func() bool {
 		return slices.Equal(m.files(t), want) && strings.Contains(m.git(t, "show", patched), "v2")
 	}), "the folder must equal the cluster: %v", m.files(t))
+	require.True(t, poll(90*time.Second, func() bool { return len(m.lastChanges(t, len(before))) == 3 }))
+	t.Logf("the three downtime changes committed %s after the restart", time.Since(restarted).Round(time.Second))
 
 	byObject := m.lastChanges(t, len(before))
 	require.NotContains(t, byObject, "keep", "a commit lists an unchanged object")
@@ -214,6 +217,7 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 			require.Equal(t, st.writer, author, "the last change of %s", name)
 		}
 	}
+	requireNoCommitterChange(t, m, 0)
 }
 
 // A commit pushed to the branch by someone else while changes flow: kubescribe's next push is

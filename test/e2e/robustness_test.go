@@ -102,7 +102,8 @@ func TestAuditEndpointRejectsBadInput(t *testing.T) {
 }
 
 // Redis going away while a change is made loses nothing: the apiserver retries the audit batch
-// kubescribe answered 503, and the change waits for its fact within the grace window.
+// kubescribe answered 503 (10s later, its default), and the change, whose lookups failed, waits
+// past its grace window for it.
 func TestRedisOutageLosesNoAuthor(t *testing.T) {
 	ctx := context.Background()
 	m := newMirror(t, "e2e-redis", "", []string{"alice"}, configMapWriters, watchConfigMaps)
@@ -126,6 +127,7 @@ func TestRedisOutageLosesNoAuthor(t *testing.T) {
 
 	got := m.waitCommits(t, 1)
 	require.Equal(t, []string{"alice|alice@users.kubescribe.invalid|kubescribe|create configmaps e2e-redis/during-outage"}, got)
+	requireNoCommitterChange(t, m, 0)
 	code, body := get(t, "/readyz")
 	require.Equal(t, http.StatusOK, code, body)
 }
