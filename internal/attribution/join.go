@@ -451,15 +451,22 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	lookupFailed := false
+	fact := func() (Author, bool) {
+		if !src.audit() {
+			return Author{}, false
+		}
+		f, err := j.lookupErr(c)
+		lookupFailed = lookupFailed || err != nil
+		if f == nil {
+			return Author{}, false
+		}
+		j.metrics.observe("resolved", time.Since(start))
+		j.metrics.resolvedBy(SourceAudit)
+		return authorFrom(f), true
+	}
 	for {
-		if src.audit() {
-			f, err := j.lookupErr(c)
-			if f != nil {
-				j.metrics.observe("resolved", time.Since(start))
-				j.metrics.resolvedBy(SourceAudit)
-				return authorFrom(f), false
-			}
-			lookupFailed = lookupFailed || err != nil
+		if a, ok := fact(); ok {
+			return a, false
 		}
 		if src == SourceAdmission {
 			// Admission alone: a confirmed candidate is the answer; with both sources an
@@ -477,14 +484,8 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 		}
 		// The deadline. One last look: the announcement may have been lost (a publish is
 		// best effort).
-		if src.audit() {
-			f, err := j.lookupErr(c)
-			if f != nil {
-				j.metrics.observe("resolved", time.Since(start))
-				j.metrics.resolvedBy(SourceAudit)
-				return authorFrom(f), false
-			}
-			lookupFailed = lookupFailed || err != nil
+		if a, ok := fact(); ok {
+			return a, false
 		}
 		if src.admission() {
 			if a, ok := j.confirmed(c, start); ok {

@@ -163,21 +163,27 @@ func TestRecreatedNameEndsAsTheCluster(t *testing.T) {
 	}
 }
 
+// closeWhileGitIsAway has user write ConfigMap cm and, with the Git server away until the test
+// ends, create CommitRequest request with message: it returns once the request closed user's
+// window and its commit is made, not pushed.
+func closeWhileGitIsAway(t *testing.T, m *requestMirror, user, cm, request, message string) {
+	t.Helper()
+	writeConfigMap(t, m, user, cm)
+	awaitOpenWindow(t, m, 0)
+	env.Git.SetAvailable(false)
+	t.Cleanup(func() { env.Git.SetAvailable(true) })
+	require.NoError(t, submit(t, user, m.ns, request, requestSpec{target: "tenants", message: message}, false))
+	require.True(t, poll(60*time.Second, func() bool { return metricValue(t, "kubescribe_git_unpushed_commits") > 0 }),
+		"the request never closed the window")
+}
+
 // A CommitRequest whose window was closed (its commit made, the push failing: the Git server is
 // away) when kubescribe is killed still gets its commit, with its message, after the restart.
 func TestCommitRequestSurvivesAKill(t *testing.T) {
 	ctx := context.Background()
 	m := newRequestMirror(t, "e2e-cr-kill")
 	asProcess(t, m.ns)
-	writeConfigMap(t, m, "alice", "release-notes")
-	awaitOpenWindow(t, m, 0)
-
-	env.Git.SetAvailable(false)
-	defer env.Git.SetAvailable(true)
-	require.NoError(t, submit(t, "alice", m.ns, "release", requestSpec{target: "tenants", message: "Release 1.2\n\nThe notes."}, false))
-	// The window is closed and its commit made; the push fails.
-	require.True(t, poll(60*time.Second, func() bool { return metricValue(t, "kubescribe_git_unpushed_commits") > 0 }),
-		"the request never closed the window")
+	closeWhileGitIsAway(t, m, "alice", "release-notes", "release", "Release 1.2\n\nThe notes.")
 	require.NoError(t, env.KillKubescribe())
 	env.Git.SetAvailable(true)
 	require.NoError(t, env.StartKubescribe(ctx))
@@ -197,13 +203,7 @@ func TestCommitRequestSurvivesAKill(t *testing.T) {
 func TestCommitRequestPushedAtShutdownIsReported(t *testing.T) {
 	ctx := context.Background()
 	m := newRequestMirror(t, "e2e-cr-term")
-	writeConfigMap(t, m, "bob", "late-fix")
-	awaitOpenWindow(t, m, 0)
-	env.Git.SetAvailable(false)
-	defer env.Git.SetAvailable(true)
-	require.NoError(t, submit(t, "bob", m.ns, "fix", requestSpec{target: "tenants", message: "Late fix"}, false))
-	require.True(t, poll(60*time.Second, func() bool { return metricValue(t, "kubescribe_git_unpushed_commits") > 0 }),
-		"the request never closed the window")
+	closeWhileGitIsAway(t, m, "bob", "late-fix", "fix", "Late fix")
 	// The server is back; kubescribe is stopped at once and pushes on its way out (or just
 	// before: either way the next process must report the commit).
 	env.Git.SetAvailable(true)
