@@ -135,7 +135,7 @@ func New(opts Options) (_ *App, err error) {
 	attributionMetrics := attribution.NewMetrics(opts.Registry)
 	a.store.SetObservability(a.log.With("component", "attribution"), attributionMetrics)
 	watchMetrics := watch.NewMetrics(opts.Registry)
-	a.deliveries = audit.NewDeliveries()
+	a.deliveries = audit.NewDeliveries(a.store)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
 		Facts:       a.store,
 		Candidates:  a.store,

@@ -23,6 +23,9 @@ import (
 //	P:wait:<route>:<uid>:rv:<resourceVersion>  when a change the apiserver may still explain was
 //	P:wait:<route>:<uid>:delete                first seen waiting for its fact (Unix ms), so that
 //	                                           a restart does not start its wait over
+//	P:delivered:<route>                        when a batch of the route was last stored (Unix ms,
+//	                                           recorded at most every 30s per process; expires
+//	                                           after audit.RouteHistoryWindow): audit.RouteHistory
 //
 // Several facts can claim one key. A no-op patch or apply answers with the unchanged
 // resourceVersion; the patch that removes the last finalizer of an object held in deletion
@@ -178,6 +181,24 @@ func (s *Store) deleteKey(route, uid string) string {
 }
 
 func (s *Store) channel() string { return s.prefix.Key("facts") }
+
+// RecordDelivery records that a batch of route was stored at t (audit.RouteHistory).
+func (s *Store) RecordDelivery(ctx context.Context, route string, t time.Time) error {
+	return s.rdb.Set(ctx, s.prefix.Key("delivered", route), t.UnixMilli(), audit.RouteHistoryWindow).Err()
+}
+
+// DeliveredSince reports whether a batch of route was stored at or after since, by any process
+// sharing this Redis (audit.RouteHistory).
+func (s *Store) DeliveredSince(ctx context.Context, route string, since time.Time) (bool, error) {
+	v, err := s.rdb.Get(ctx, s.prefix.Key("delivered", route)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading when route %s last delivered: %w", route, err)
+	}
+	return !time.UnixMilli(v).Before(since), nil
+}
 
 // WaitingSince returns when a change of the object uid in cluster route (the write that
 // produced rv, or its delete) was first seen waiting for its fact: now, recorded for ttl, the
