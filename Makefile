@@ -7,12 +7,21 @@ KUBE_APISERVER := $(BIN)/kube-apiserver
 # Debian packages the tests and the demo start for real.
 DEB_PACKAGES := etcd-server redis-server git ca-certificates
 
-.PHONY: all build test test-unit test-e2e fuzz demo generate verify-generate bench load load-snapshot lint deps kube-apiserver clean
+.PHONY: all build image test test-unit test-e2e fuzz demo generate verify-generate bench load load-snapshot lint deps kube-apiserver clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+## image: the container image, built without Docker or a registry (hack/image, its own module) as
+## bin/kubescribe-image.tar, for ctr -n k8s.io images import, kind load image-archive or
+## docker load (docs/install.md). The same commit gives the same digest. IMAGE names it,
+## IMAGE_ARCH picks its GOARCH (default: this machine's), IMAGE_FLAGS passes more (-ca-bundle).
+IMAGE ?= kubescribe:dev
+image:
+	cd hack/image && $(GO) run . -repo $(CURDIR) -image $(IMAGE) -out $(BIN)/kubescribe-image.tar \
+	  $(if $(IMAGE_ARCH),-arch $(IMAGE_ARCH)) $(IMAGE_FLAGS)
 
 ## deps: install the Debian packages the tests and the demo need (skipped when present).
 deps:
@@ -44,9 +53,13 @@ generate:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd hack/image && $(GO) vet ./...
 
+# hack/image is a module of its own: go test ./... does not reach it. Its test builds the image
+# twice and compares the digests.
 test: deps kube-apiserver
 	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./...
+	cd hack/image && $(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
 
 ## fuzz: every decoder of what a caller sends, fuzzed for FUZZTIME each (part of make test; the
@@ -68,6 +81,7 @@ fuzz:
 ## test-unit: unit tests only (no real components needed).
 test-unit:
 	$(GO) test -count=1 -short ./...
+	cd hack/image && $(GO) test -count=1 -short ./...
 
 ## test-e2e: the end-to-end tests against the real control plane only.
 test-e2e: deps kube-apiserver
