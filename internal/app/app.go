@@ -464,7 +464,7 @@ func (a *App) readiness(ctx context.Context) error {
 	defer cancel()
 	if err := a.store.Ping(ctx); err != nil {
 		// The error names Redis' address and may quote its reply: it goes to the log only
-		// (once per probe, every 10s with deploy/deployment.yaml).
+		// (once per probe, every 10s with deploy/base/deployment.yaml).
 		a.log.Warn("not ready: Redis does not answer PING", "component", "redis", "err", err)
 		return errors.New("redis: not answering")
 	}

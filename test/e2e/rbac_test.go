@@ -27,14 +27,14 @@ import (
 	"github.com/kubescribe/kubescribe/test/stack"
 )
 
-// The ServiceAccount deploy/rbac.yaml creates and binds to its ClusterRole.
+// The ServiceAccount deploy/base/rbac.yaml creates and binds to its ClusterRole.
 const (
 	installedSANamespace = "kubescribe"
 	installedSAName      = "kubescribe"
 	installedSAUser      = "system:serviceaccount:kubescribe:kubescribe"
 )
 
-// kubescribe runs as the ServiceAccount of the default install, holding only deploy/rbac.yaml's
+// kubescribe runs as the ServiceAccount of the default install, holding only deploy/base/rbac.yaml's
 // ClusterRole and what `kubescribe rbac` prints for a WatchRule on ConfigMaps and its
 // GitProvider's Secret. alice's ConfigMap is mirrored and authored by her; the identity cannot
 // read a Secret of another namespace, list Secrets, or register a webhook; a WatchRule on a

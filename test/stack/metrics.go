@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// MetricsReader is the ServiceAccount (namespace kubescribe) the stack binds to deploy/
+// MetricsReader is the ServiceAccount (namespace kubescribe) the stack binds to deploy/base/
 // rbac.yaml's ClusterRole kubescribe-metrics-reader, as an operator binds Prometheus';
 // Stack.MetricsToken is one of its tokens.
 const MetricsReader = "kubescribe-e2e-prometheus"

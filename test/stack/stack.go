@@ -1,8 +1,8 @@
 // Package stack runs kubescribe end to end for the e2e tests and the demo: the real control
 // plane of test/controlplane, kubescribe's CRDs and RBAC from deploy/ installed into it, and
 // kubescribe itself in-process (through internal/app, as cmd/server runs it), authenticated as
-// the token user "kubescribe" bound to deploy/rbac.yaml's ClusterRole, deploy/
-// rbac-attribution-webhook.yaml's, and a test-only ClusterRole reading every resource.
+// the token user "kubescribe" bound to deploy/base/rbac.yaml's ClusterRole, deploy/components/
+// managed/rbac-attribution-webhook.yaml's, and a test-only ClusterRole reading every resource.
 package stack
 
 import (
@@ -70,7 +70,7 @@ type Stack struct {
 	// control plane's audit serving certificate (signed by its CA). Read it with ScrapeMetrics
 	// or GetMetrics.
 	MetricsURL string
-	// MetricsToken is a token of the ServiceAccount MetricsReader, bound to deploy/rbac.yaml's
+	// MetricsToken is a token of the ServiceAccount MetricsReader, bound to deploy/base/rbac.yaml's
 	// ClusterRole kubescribe-metrics-reader, as Prometheus' would be.
 	MetricsToken string
 	// LogPath is kubescribe's own log.
@@ -144,7 +144,7 @@ func (s *Stack) StartKubescribe(ctx context.Context) error {
 }
 
 // StartKubescribeAs is StartKubescribe with kubescribe authenticated by cfg instead of as the
-// token user "kubescribe" (for example as the ServiceAccount of deploy/rbac.yaml, holding
+// token user "kubescribe" (for example as the ServiceAccount of deploy/base/rbac.yaml, holding
 // only what the install grants). Stop it with StopKubescribe; StartKubescribe starts the usual
 // one again.
 func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
@@ -356,16 +356,17 @@ func (s *Stack) waitReady(ctx context.Context) error {
 	return fmt.Errorf("kubescribe not ready after a minute: %s", last)
 }
 
-// install applies deploy/'s CRDs, namespace and RBAC as admin and binds the kubescribe
-// ClusterRole to the token user "kubescribe", as an operator would bind it to the
+// install applies deploy/crds and deploy/base's namespace and RBAC as admin and binds the
+// kubescribe ClusterRole to the token user "kubescribe", as an operator would bind it to the
 // ServiceAccount, and kubescribe-metrics-reader to the ServiceAccount MetricsReader.
 func (s *Stack) install(ctx context.Context) error {
 	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
-	crds, _ := filepath.Glob(filepath.Join(root, "deploy", "crds", "*.yaml"))
-	files := append(crds, filepath.Join(root, "deploy", "namespace.yaml"), filepath.Join(root, "deploy", "rbac.yaml"))
+	// The generated CRDs, not the folder's kustomization.yaml.
+	crds, _ := filepath.Glob(filepath.Join(root, "deploy", "crds", "kubescribe.dev_*.yaml"))
+	files := append(crds, filepath.Join(root, "deploy", "base", "namespace.yaml"), filepath.Join(root, "deploy", "base", "rbac.yaml"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -411,16 +412,16 @@ func (s *Stack) install(ctx context.Context) error {
 }
 
 // TestUserMirrorRole is the ClusterRole the token user "kubescribe" holds in the e2e stack on
-// top of deploy/rbac.yaml's: the tests mirror whatever they like from whatever namespace, so
+// top of deploy/base/rbac.yaml's: the tests mirror whatever they like from whatever namespace, so
 // they read every resource (Secrets included) cluster-wide, as no installation should. A test
 // of the least-privilege install runs kubescribe as another identity (StartKubescribeAs).
 const TestUserMirrorRole = "kubescribe-e2e-read-everything"
 
-// grantTestUser binds the token user "kubescribe" to deploy/rbac.yaml's ClusterRole, to
-// deploy/rbac-attribution-webhook.yaml's (for the tests that let kubescribe manage the
-// attribution webhook) and to TestUserMirrorRole.
+// grantTestUser binds the token user "kubescribe" to deploy/base/rbac.yaml's ClusterRole, to
+// deploy/components/managed/rbac-attribution-webhook.yaml's (for the tests that let kubescribe
+// manage the attribution webhook) and to TestUserMirrorRole.
 func (s *Stack) grantTestUser(ctx context.Context, kube kubernetes.Interface, root string) error {
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "rbac-attribution-webhook.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "components", "managed", "rbac-attribution-webhook.yaml"))
 	if err != nil {
 		return err
 	}
