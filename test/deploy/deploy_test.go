@@ -1,0 +1,327 @@
+package deploy
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	root      = "../.."
+	namespace = "kubescribe"
+)
+
+// The Services of deploy/base, by name: port and the container port they target.
+var services = map[string]struct {
+	port   int64
+	target string
+}{
+	"kubescribe-audit":     {8443, "audit"},
+	"kubescribe-admission": {9443, "admission"},
+	"kubescribe-metrics":   {8081, "metrics"},
+}
+
+// clusterScoped are the kinds of the builds without a namespace.
+var clusterScoped = []string{"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
+
+func buildOverlay(t *testing.T, overlay string, env ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := BuildOverlay(root, t.TempDir(), overlay, env...)
+	require.NoError(t, err)
+	return objs
+}
+
+// TestCRDKustomizationListsEveryCRD: deploy/crds/kustomization.yaml is written by hand; a CRD
+// `make generate` adds must not be left out of every install.
+func TestCRDKustomizationListsEveryCRD(t *testing.T) {
+	generated, err := filepath.Glob(filepath.Join(root, "deploy", "crds", "kubescribe.dev_*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, generated)
+	var want []string
+	for _, f := range generated {
+		want = append(want, filepath.Base(f))
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "crds", "kustomization.yaml"))
+	require.NoError(t, err)
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &k))
+	slices.Sort(k.Resources)
+	require.Equal(t, want, k.Resources)
+}
+
+// want is what one installation must hold beyond what every one holds (checkInstall).
+type want struct {
+	args, noArgs []string
+	// webhook: "caBundle" (copied from the kubescribe-tls Secret), "cert-manager" (injected),
+	// or "" (left out of the build).
+	webhook string
+	// attributionRBAC: the attribution webhook's ClusterRole is in the build.
+	attributionRBAC bool
+}
+
+var overlayWants = map[string]want{
+	"quickstart": {
+		args:    []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
+		noArgs:  []string{"--audit-client-ca-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service"},
+		webhook: "caBundle",
+	},
+	"cert-manager": {
+		args: []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--audit-client-cert-routes=kube-apiserver-local=local",
+			"--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
+		noArgs:  []string{"--audit-token-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service"},
+		webhook: "cert-manager",
+	},
+	"managed": {
+		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
+			"--attribution-source=admission", "--attribution-webhook-service=kubescribe/kubescribe-admission",
+			"--attribution-webhook-ca-file=/etc/kubescribe/tls/ca.crt"},
+		noArgs:          []string{"--admission-client-ca-file", "--audit-client-ca-file"},
+		attributionRBAC: true,
+	},
+}
+
+func TestOverlaysBuild(t *testing.T) {
+	require.Len(t, overlayWants, len(Overlays))
+	for _, overlay := range Overlays {
+		t.Run(overlay, func(t *testing.T) {
+			objs := buildOverlay(t, overlay)
+			checkInstall(t, objs, overlayWants[overlay], "kubescribe:dev", "redis:7")
+		})
+	}
+}
+
+// checkInstall checks what makes a build a working installation: kubescribe's arguments,
+// files and environment resolve to objects of the build, its Services and NetworkPolicy reach
+// its ports, Redis has its password, the webhook its CA, and nothing grants more than the
+// least-privilege rules.
+func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubescribeImage, redisImage string) {
+	t.Helper()
+	for _, o := range objs {
+		if !slices.Contains(clusterScoped, o.GetKind()) {
+			require.Equal(t, namespace, o.GetNamespace(), "%s %s", o.GetKind(), o.GetName())
+		}
+		b, err := yaml.Marshal(o.Object)
+		require.NoError(t, err)
+		require.NotContains(t, string(b), "PLACEHOLDER", "%s %s", o.GetKind(), o.GetName())
+	}
+
+	// kubescribe: the image, every flag naming a file finds it, the Redis address resolves.
+	dep := Find(objs, "Deployment", "kubescribe")
+	require.NotNil(t, dep)
+	c, _, err := Container(dep, "kubescribe")
+	require.NoError(t, err)
+	require.Equal(t, kubescribeImage, c.Image)
+	require.Equal(t, corev1.PullIfNotPresent, c.ImagePullPolicy)
+	files, err := PodFiles(objs, dep, "kubescribe")
+	require.NoError(t, err)
+	for _, a := range c.Args {
+		if _, p, ok := strings.Cut(a, "=/etc/kubescribe/"); ok {
+			require.Contains(t, files, "/etc/kubescribe/"+p, "%s: no such file in the Pod", a)
+		}
+	}
+	for _, a := range w.args {
+		require.Contains(t, c.Args, a)
+	}
+	for _, flag := range w.noArgs {
+		require.False(t, slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, flag+"=") }), "%s in %q", flag, c.Args)
+	}
+	require.Contains(t, c.Args, "--redis-addr=$(REDIS_ADDR)")
+	require.Contains(t, c.Args, "--redis-password-file=/etc/kubescribe/redis/password")
+	addr, err := EnvFrom(objs, c, "REDIS_ADDR")
+	require.NoError(t, err)
+	require.Equal(t, "kubescribe-redis:6379", addr)
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	podLabels, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "labels")
+
+	// Its Services, one per listener.
+	for name, s := range services {
+		svc := Find(objs, "Service", name)
+		require.NotNil(t, svc, name)
+		selector, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+		require.Subset(t, podLabels, selector, name)
+		svcPorts, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+		require.Len(t, svcPorts, 1, name)
+		require.Equal(t, s.port, svcPorts[0].(map[string]any)["port"], name)
+		require.Equal(t, s.target, svcPorts[0].(map[string]any)["targetPort"], name)
+		require.Contains(t, ports, s.target, name)
+	}
+
+	// Its NetworkPolicy admits the listener ports, by the container's names.
+	np := Find(objs, "NetworkPolicy", "kubescribe")
+	require.NotNil(t, np)
+	selected, _, _ := unstructured.NestedStringMap(np.Object, "spec", "podSelector", "matchLabels")
+	require.Subset(t, podLabels, selected)
+	var admitted []string
+	ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	for _, rule := range ingress {
+		for _, p := range rule.(map[string]any)["ports"].([]any) {
+			admitted = append(admitted, p.(map[string]any)["port"].(string))
+		}
+	}
+	require.ElementsMatch(t, []string{"audit", "admission", "health", "metrics"}, admitted)
+
+	// Redis: its image, its password file, its Service.
+	redis := Find(objs, "StatefulSet", "kubescribe-redis")
+	require.NotNil(t, redis)
+	rc, _, err := Container(redis, "redis")
+	require.NoError(t, err)
+	require.Equal(t, redisImage, rc.Image)
+	require.Equal(t, corev1.PullIfNotPresent, rc.ImagePullPolicy)
+	initContainers, _, _ := unstructured.NestedSlice(redis.Object, "spec", "template", "spec", "initContainers")
+	require.Len(t, initContainers, 1)
+	require.Equal(t, redisImage, initContainers[0].(map[string]any)["image"])
+	redisFiles, err := PodFiles(objs, redis, "redis")
+	require.NoError(t, err)
+	require.Equal(t, files["/etc/kubescribe/redis/password"], redisFiles["/etc/redis-secret/password"], "kubescribe and Redis share the password")
+	require.NotEmpty(t, redisFiles["/etc/redis-secret/password"])
+	require.NotNil(t, Find(objs, "Service", "kubescribe-redis"))
+	require.NotNil(t, Find(objs, "NetworkPolicy", "kubescribe-redis"))
+
+	// The CommitRequest webhook and its CA.
+	vwc := Find(objs, "ValidatingWebhookConfiguration", "kubescribe-commitrequests")
+	switch w.webhook {
+	case "caBundle":
+		require.NotNil(t, vwc)
+		hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+		require.Len(t, hooks, 2)
+		for _, h := range hooks {
+			bundle, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
+			ca := decodeBase64(t, bundle)
+			require.Equal(t, files["/etc/kubescribe/tls/ca.crt"], ca, "the caBundle is the serving certificate's CA")
+			svcName, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+			require.Contains(t, services, svcName)
+		}
+		require.Empty(t, vwc.GetAnnotations())
+	case "cert-manager":
+		require.NotNil(t, vwc)
+		require.Equal(t, "kubescribe/kubescribe-tls", vwc.GetAnnotations()["cert-manager.io/inject-ca-from"])
+		cert := Find(objs, "Certificate", "kubescribe-tls")
+		require.NotNil(t, cert)
+		dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+		for name := range services {
+			require.Contains(t, dnsNames, name+"."+namespace+".svc")
+		}
+	default:
+		require.Nil(t, vwc, "left out of this build")
+	}
+
+	// RBAC: least privilege in every build; the attribution webhook's rights only where asked.
+	require.Equal(t, w.attributionRBAC, Find(objs, "ClusterRole", "kubescribe-attribution-webhook") != nil)
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role))
+		for _, r := range role.Rules {
+			for _, list := range [][]string{r.APIGroups, r.Resources, r.Verbs} {
+				require.NotContains(t, list, "*", "%s %s grants a wildcard", o.GetKind(), o.GetName())
+			}
+			require.NotContains(t, r.Resources, "secrets", "%s %s grants Secrets", o.GetKind(), o.GetName())
+		}
+	}
+}
+
+// decodeBase64 decodes a []byte field as the API server does (encoding/json: line breaks are
+// ignored, kustomize wraps long values).
+func decodeBase64(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\n", "", "\r", "").Replace(s))
+	require.NoError(t, err)
+	return b
+}
+
+// TestSecretsScript: deploy/secrets.sh makes what the overlay reads, a serving certificate
+// the apiserver can verify for every Service (and the extra names asked for), an admission
+// client certificate of a CA of its own, owner-only files, and changes nothing when run again.
+func TestSecretsScript(t *testing.T) {
+	deployDir, err := Copy(root, t.TempDir())
+	require.NoError(t, err)
+	overlay := filepath.Join(deployDir, "overlays", "quickstart")
+	require.NoError(t, MakeSecrets(deployDir, overlay, "KUBESCRIBE_EXTRA_SANS=IP:10.96.0.50,DNS:kubescribe.example.com"))
+	dir := filepath.Join(overlay, "secrets")
+
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		info, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), name)
+		return b
+	}
+	for _, token := range []string{"audit-token", "redis-password"} {
+		require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}\n$`), string(read(token)))
+	}
+	require.NoFileExists(t, filepath.Join(dir, "admission-token"), "the quickstart reads none")
+
+	servingCA, clientCA := pool(t, read("ca.crt")), pool(t, read("admission-client-ca.crt"))
+	serving := parseCert(t, read("tls.crt"))
+	read("tls.key")
+	for name := range services {
+		for _, dns := range []string{name + "." + namespace + ".svc", name + "." + namespace + ".svc.cluster.local"} {
+			_, err := serving.Verify(x509.VerifyOptions{DNSName: dns, Roots: servingCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			require.NoError(t, err, dns)
+		}
+	}
+	_, err = serving.Verify(x509.VerifyOptions{DNSName: "kubescribe.example.com", Roots: servingCA})
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(serving.IPAddresses, func(ip net.IP) bool { return ip.Equal(net.ParseIP("10.96.0.50")) }))
+	_, err = serving.Verify(x509.VerifyOptions{Roots: servingCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.Error(t, err, "the serving certificate is no client certificate")
+
+	client := parseCert(t, read("admission-client.crt"))
+	read("admission-client.key")
+	require.Equal(t, "kube-apiserver", client.Subject.CommonName)
+	_, err = client.Verify(x509.VerifyOptions{Roots: clientCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	_, err = client.Verify(x509.VerifyOptions{Roots: servingCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.Error(t, err, "the serving CA signs no client certificate")
+
+	// Again: nothing changes.
+	before := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		before[e.Name()] = read(e.Name())
+	}
+	require.NoError(t, MakeSecrets(deployDir, overlay))
+	for name, b := range before {
+		require.True(t, bytes.Equal(b, read(name)), name)
+	}
+}
+
+func parseCert(t *testing.T, b []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(b)
+	require.NotNil(t, block)
+	c, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	return c
+}
+
+func pool(t *testing.T, b []byte) *x509.CertPool {
+	t.Helper()
+	p := x509.NewCertPool()
+	require.True(t, p.AppendCertsFromPEM(b))
+	return p
+}
