@@ -513,6 +513,19 @@ func (s *Stack) RemoveWebhook(ctx context.Context) error {
 // Apply creates (or, when they exist, updates) every object of a multi-document YAML or JSON
 // stream, as the user of cfg.
 func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) error {
+	return apply(ctx, cfg, manifests, nil)
+}
+
+// DryRun is Apply with every create and update a server-side dry run (dryRun=All): the
+// apiserver validates and admits each object as it would store it, and stores nothing. An
+// object that exists is replaced (an update), not merged: what is checked is the object of the
+// stream, whole. Namespaced objects need their namespace, and custom objects their CRD, to
+// exist for real.
+func DryRun(ctx context.Context, cfg *rest.Config, manifests []byte) error {
+	return apply(ctx, cfg, manifests, []string{metav1.DryRunAll})
+}
+
+func apply(ctx context.Context, cfg *rest.Config, manifests []byte, dryRun []string) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -546,12 +559,12 @@ func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) error {
 		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 			ri = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
 		}
-		_, err = ri.Create(ctx, u, metav1.CreateOptions{})
+		_, err = ri.Create(ctx, u, metav1.CreateOptions{DryRun: dryRun})
 		if apierrors.IsAlreadyExists(err) {
 			var cur *unstructured.Unstructured
 			if cur, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
 				u.SetResourceVersion(cur.GetResourceVersion())
-				_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
+				_, err = ri.Update(ctx, u, metav1.UpdateOptions{DryRun: dryRun})
 			}
 		}
 		if err != nil {

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubescribe/kubescribe/test/deploy"
+	"github.com/kubescribe/kubescribe/test/stack"
+)
+
+// cert-manager's CRDs, for the dry run of the cert-manager overlay: the deploy/crds folder of
+// the github.com/cert-manager/cert-manager Go module (which its README keeps "for reference,
+// development and testing purposes"), taken through the Go module proxy, its hash pinned.
+const (
+	certManagerModule  = "github.com/cert-manager/cert-manager"
+	certManagerVersion = "v1.21.2"
+	certManagerSum     = "h1:UWgoYM+KLNtRlqmoWOKjKBOBUPVHeepQ6/ac3ERJW68="
+)
+
+// TestDeployOverlaysDryRun: every overlay of deploy/, as `kubectl apply -k` would send it,
+// is accepted by a real kube-apiserver: the Namespaces and CRDs of the build are created for
+// real first (custom objects are validated against their CRD's schema, and namespaced objects
+// need their namespace), cert-manager's CRDs too, then every other object is created (or,
+// where it exists, replaced) with dryRun=All: validation, defaulting and admission run and
+// nothing is stored.
+func TestDeployOverlaysDryRun(t *testing.T) {
+	ctx := context.Background()
+	crdClient, err := apiextensionsclient.NewForConfig(env.AdminConfig)
+	require.NoError(t, err)
+
+	certManagerCRDs := readCertManagerCRDs(t)
+	require.NoError(t, stack.Apply(ctx, env.AdminConfig, certManagerCRDs))
+	crds, err := deploy.Objects(certManagerCRDs)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		// Leave the shared control plane as it was: the other tests' discovery need not see them.
+		for _, crd := range crds {
+			err := crdClient.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s: %v", crd.GetName(), err)
+			}
+		}
+	})
+	waitEstablished(t, crdClient, crds)
+
+	for _, overlay := range deploy.Overlays {
+		t.Run(overlay, func(t *testing.T) {
+			objs, err := deploy.BuildOverlay(repoRoot(t), t.TempDir(), overlay)
+			require.NoError(t, err)
+			var first, rest []*unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition" {
+					first = append(first, o)
+				} else {
+					rest = append(rest, o)
+				}
+			}
+			require.NoError(t, stack.Apply(ctx, env.AdminConfig, stream(t, first)))
+			waitEstablished(t, crdClient, first)
+			require.NoError(t, stack.DryRun(ctx, env.AdminConfig, stream(t, rest)))
+		})
+	}
+}
+
+// readCertManagerCRDs downloads (or finds in the module cache) cert-manager's module and
+// returns its CRDs as one YAML stream.
+func readCertManagerCRDs(t *testing.T) []byte {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goCmd, "mod", "download", "-json", certManagerModule+"@"+certManagerVersion)
+	cmd.Dir = t.TempDir() // outside the main module: its go.mod stays as it is
+	out, err := cmd.Output()
+	require.NoError(t, err, "go mod download %s@%s: %s", certManagerModule, certManagerVersion, out)
+	var mod struct{ Dir, Sum string }
+	require.NoError(t, json.Unmarshal(out, &mod))
+	require.Equal(t, certManagerSum, mod.Sum, "%s@%s is not the module this test was written against", certManagerModule, certManagerVersion)
+	files, err := filepath.Glob(filepath.Join(mod.Dir, "deploy", "crds", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var all bytes.Buffer
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		all.WriteString("\n---\n")
+		all.Write(b)
+	}
+	return all.Bytes()
+}
+
+// waitEstablished waits until each CRD among objs is Established (served).
+func waitEstablished(t *testing.T, client apiextensionsclient.Interface, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		require.True(t, poll(time.Minute, func() bool {
+			crd, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), o.GetName(), metav1.GetOptions{})
+			return err == nil && slices.ContainsFunc(crd.Status.Conditions, func(c apiextensionsv1.CustomResourceDefinitionCondition) bool {
+				return c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+			})
+		}), "CRD %s not established", o.GetName())
+	}
+}
+
+func stream(t *testing.T, objs []*unstructured.Unstructured) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	for _, o := range objs {
+		y, err := yaml.Marshal(o.Object)
+		require.NoError(t, err)
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return b.Bytes()
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := stack.RepoRoot()
+	require.NoError(t, err)
+	return root
+}
