@@ -11,13 +11,16 @@ import (
 	"github.com/kubescribe/kubescribe/test/deploy"
 )
 
-// TestDeployedArgsStart: the arguments each overlay of deploy/ gives kubescribe parse and pass
-// Options.Validate, with the files its Pod would find where the flags name them (the mounted
-// Secrets of the build, under a temporary root) and the Redis address of its ConfigMap.
+// TestDeployedArgsStart: the arguments each overlay of deploy/ (and of docs/install.md) gives
+// kubescribe parse and pass Options.Validate, with the files its Pod would find where the flags
+// name them (the mounted Secrets of the build, under a temporary root) and the Redis address of
+// its ConfigMap.
 func TestDeployedArgsStart(t *testing.T) {
-	for _, overlay := range deploy.Overlays {
+	installs, err := deploy.Installations("../..")
+	require.NoError(t, err)
+	for overlay, kustomization := range installs {
 		t.Run(overlay, func(t *testing.T) {
-			objs, err := deploy.BuildOverlay("../..", t.TempDir(), overlay)
+			objs, err := deploy.BuildOverlay("../..", t.TempDir(), overlay, kustomization)
 			require.NoError(t, err)
 			dep := deploy.Find(objs, "Deployment", "kubescribe")
 			require.NotNil(t, dep)

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,13 +109,61 @@ func Objects(stream []byte) ([]*unstructured.Unstructured, error) {
 }
 
 // BuildOverlay copies root's deploy/ into dir, makes the secrets/ files of the overlay named
-// (a folder under deploy/overlays) with deploy/secrets.sh, and builds it.
-func BuildOverlay(root, dir, overlay string, env ...string) ([]*unstructured.Unstructured, error) {
+// (a folder under deploy/overlays) with deploy/secrets.sh, and builds it. With kustomization
+// set, the overlay is that kustomization.yaml, written into deploy/overlays/<name> of the copy
+// first (an overlay of DocOverlays).
+func BuildOverlay(root, dir, name string, kustomization []byte, env ...string) ([]*unstructured.Unstructured, error) {
 	deployDir, err := Copy(root, dir)
 	if err != nil {
 		return nil, err
 	}
-	return BuildIn(deployDir, filepath.Join(deployDir, "overlays", overlay), env...)
+	overlay := filepath.Join(deployDir, "overlays", name)
+	if kustomization != nil {
+		if err := os.MkdirAll(overlay, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), kustomization, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return BuildIn(deployDir, overlay, env...)
+}
+
+// docOverlay marks, in docs/install.md, the YAML block that follows as an overlay the tests
+// build: "<!-- test/deploy overlay NAME -->".
+var docOverlay = regexp.MustCompile("(?m)^<!-- test/deploy overlay ([a-z0-9-]+) -->\n```yaml\n((?s:.*?))```$")
+
+// DocOverlays are the example overlays of docs/install.md, by name: kustomizations to be
+// written next to deploy/overlays/*.
+func DocOverlays(root string) (map[string][]byte, error) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, m := range docOverlay.FindAllSubmatch(doc, -1) {
+		out[string(m[1])] = m[2]
+	}
+	if len(out) == 0 {
+		return nil, errors.New("docs/install.md marks no overlay")
+	}
+	return out, nil
+}
+
+// Installations are every overlay of deploy/overlays (with a nil kustomization) and of
+// DocOverlays, by name, for BuildOverlay.
+func Installations(root string) (map[string][]byte, error) {
+	all, err := DocOverlays(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range Overlays {
+		if _, ok := all[o]; ok {
+			return nil, fmt.Errorf("docs/install.md names an overlay %s, as deploy/overlays does", o)
+		}
+		all[o] = nil
+	}
+	return all, nil
 }
 
 // BuildIn makes the secrets/ files of the kustomization in dir with deployDir's

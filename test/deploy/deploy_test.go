@@ -41,7 +41,7 @@ var clusterScoped = []string{"Namespace", "CustomResourceDefinition", "ClusterRo
 
 func buildOverlay(t *testing.T, overlay string, env ...string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := BuildOverlay(root, t.TempDir(), overlay, env...)
+	objs, err := BuildOverlay(root, t.TempDir(), overlay, nil, env...)
 	require.NoError(t, err)
 	return objs
 }
@@ -74,6 +74,8 @@ type want struct {
 	webhook string
 	// attributionRBAC: the attribution webhook's ClusterRole is in the build.
 	attributionRBAC bool
+	// redisAddr, when set, is a Redis of the installation's own: no Redis in the build.
+	redisAddr string
 }
 
 var overlayWants = map[string]want{
@@ -95,6 +97,45 @@ var overlayWants = map[string]want{
 		noArgs:          []string{"--admission-client-ca-file", "--audit-client-ca-file"},
 		attributionRBAC: true,
 	},
+}
+
+// TestDocOverlaysBuild: the overlays docs/install.md shows are installations too.
+func TestDocOverlaysBuild(t *testing.T) {
+	docs, err := DocOverlays(root)
+	require.NoError(t, err)
+	wants := map[string]struct {
+		want
+		kubescribeImage, redisImage string
+	}{
+		"managed-cert-manager": {want{
+			args: []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--audit-client-cert-routes=kube-apiserver-local=local",
+				"--admission-token-file=/etc/kubescribe/admission/token", "--attribution-source=admission",
+				"--attribution-webhook-service=kubescribe/kubescribe-admission", "--attribution-webhook-ca-file=/etc/kubescribe/tls/ca.crt"},
+			noArgs:          []string{"--audit-token-file", "--admission-client-ca-file"},
+			attributionRBAC: true,
+		}, "registry.example.com/platform/kubescribe:0.1.0", "registry.example.com/mirror/redis:7.4"},
+		"own-redis": {want{
+			args:      []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
+			noArgs:    []string{"--audit-token-file", "--attribution-source"},
+			webhook:   "cert-manager",
+			redisAddr: "redis-master.redis.svc:6379",
+		}, "kubescribe:dev", ""},
+	}
+	require.Len(t, docs, len(wants))
+	for name, kustomization := range docs {
+		t.Run(name, func(t *testing.T) {
+			w, ok := wants[name]
+			require.True(t, ok, "docs/install.md shows an overlay this test does not know")
+			objs, err := BuildOverlay(root, t.TempDir(), name, kustomization)
+			require.NoError(t, err)
+			checkInstall(t, objs, w.want, w.kubescribeImage, w.redisImage)
+			if name == "managed-cert-manager" {
+				np := Find(objs, "NetworkPolicy", "kubescribe")
+				from, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+				require.Equal(t, []any{map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}}, from[0].(map[string]any)["from"])
+			}
+		})
+	}
 }
 
 func TestOverlaysBuild(t *testing.T) {
@@ -146,7 +187,11 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 	require.Contains(t, c.Args, "--redis-password-file=/etc/kubescribe/redis/password")
 	addr, err := EnvFrom(objs, c, "REDIS_ADDR")
 	require.NoError(t, err)
-	require.Equal(t, "kubescribe-redis:6379", addr)
+	if w.redisAddr != "" {
+		require.Equal(t, w.redisAddr, addr)
+	} else {
+		require.Equal(t, "kubescribe-redis:6379", addr)
+	}
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
@@ -182,21 +227,12 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 
 	// Redis: its image, its password file, its Service.
 	redis := Find(objs, "StatefulSet", "kubescribe-redis")
-	require.NotNil(t, redis)
-	rc, _, err := Container(redis, "redis")
-	require.NoError(t, err)
-	require.Equal(t, redisImage, rc.Image)
-	require.Equal(t, corev1.PullIfNotPresent, rc.ImagePullPolicy)
-	initContainers, _, _ := unstructured.NestedSlice(redis.Object, "spec", "template", "spec", "initContainers")
-	require.Len(t, initContainers, 1)
-	require.Equal(t, redisImage, initContainers[0].(map[string]any)["image"])
-	redisFiles, err := PodFiles(objs, redis, "redis")
-	require.NoError(t, err)
-	require.Equal(t, files["/etc/kubescribe/redis/password"], redisFiles["/etc/redis-secret/password"], "kubescribe and Redis share the password")
-	require.NotEmpty(t, redisFiles["/etc/redis-secret/password"])
-	require.NotNil(t, Find(objs, "Service", "kubescribe-redis"))
-	require.NotNil(t, Find(objs, "NetworkPolicy", "kubescribe-redis"))
-
+	if w.redisAddr != "" {
+		require.Nil(t, redis)
+		require.NotEmpty(t, files["/etc/kubescribe/redis/password"])
+	} else {
+		checkRedis(t, objs, redis, files, redisImage)
+	}
 	// The CommitRequest webhook and its CA.
 	vwc := Find(objs, "ValidatingWebhookConfiguration", "kubescribe-commitrequests")
 	switch w.webhook {
@@ -240,6 +276,24 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 			require.NotContains(t, r.Resources, "secrets", "%s %s grants Secrets", o.GetKind(), o.GetName())
 		}
 	}
+}
+
+func checkRedis(t *testing.T, objs []*unstructured.Unstructured, redis *unstructured.Unstructured, files map[string][]byte, redisImage string) {
+	t.Helper()
+	require.NotNil(t, redis)
+	rc, _, err := Container(redis, "redis")
+	require.NoError(t, err)
+	require.Equal(t, redisImage, rc.Image)
+	require.Equal(t, corev1.PullIfNotPresent, rc.ImagePullPolicy)
+	initContainers, _, _ := unstructured.NestedSlice(redis.Object, "spec", "template", "spec", "initContainers")
+	require.Len(t, initContainers, 1)
+	require.Equal(t, redisImage, initContainers[0].(map[string]any)["image"])
+	redisFiles, err := PodFiles(objs, redis, "redis")
+	require.NoError(t, err)
+	require.Equal(t, files["/etc/kubescribe/redis/password"], redisFiles["/etc/redis-secret/password"], "kubescribe and Redis share the password")
+	require.NotEmpty(t, redisFiles["/etc/redis-secret/password"])
+	require.NotNil(t, Find(objs, "Service", "kubescribe-redis"))
+	require.NotNil(t, Find(objs, "NetworkPolicy", "kubescribe-redis"))
 }
 
 // decodeBase64 decodes a []byte field as the API server does (encoding/json: line breaks are

@@ -34,8 +34,8 @@ func (g grant) String() string {
 	return s
 }
 
-// TestRBACDocumented: every rule a ClusterRole or Role of deploy/ grants (every overlay, and
-// deploy/source-cluster-rbac.yaml) is explained by a row of docs/security.md's tables headed
+// TestRBACDocumented: every rule a ClusterRole or Role of deploy/ grants (every overlay, those
+// of docs/install.md, and deploy/source-cluster-rbac.yaml) is explained by a row of docs/security.md's tables headed
 // `Role | Grant | Why`, and every such row names a rule that is granted: a new rule cannot
 // ship unexplained, nor an explanation outlive its rule.
 func TestRBACDocumented(t *testing.T) {
@@ -47,8 +47,11 @@ func TestRBACDocumented(t *testing.T) {
 			}
 		}
 	}
-	for _, overlay := range Overlays {
-		objs := buildOverlay(t, overlay)
+	installs, err := Installations(root)
+	require.NoError(t, err)
+	for overlay, kustomization := range installs {
+		objs, err := BuildOverlay(root, t.TempDir(), overlay, kustomization)
+		require.NoError(t, err)
 		var roles []*rbacRole
 		for _, o := range objs {
 			if o.GetKind() == "ClusterRole" || o.GetKind() == "Role" {

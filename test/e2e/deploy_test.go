@@ -33,12 +33,12 @@ const (
 	certManagerSum     = "h1:UWgoYM+KLNtRlqmoWOKjKBOBUPVHeepQ6/ac3ERJW68="
 )
 
-// TestDeployOverlaysDryRun: every overlay of deploy/, as `kubectl apply -k` would send it,
-// is accepted by a real kube-apiserver: the Namespaces and CRDs of the build are created for
-// real first (custom objects are validated against their CRD's schema, and namespaced objects
-// need their namespace), cert-manager's CRDs too, then every other object is created (or,
-// where it exists, replaced) with dryRun=All: validation, defaulting and admission run and
-// nothing is stored.
+// TestDeployOverlaysDryRun: every overlay of deploy/ and of docs/install.md, as `kubectl apply
+// -k` would send it, is accepted by a real kube-apiserver: the Namespaces and CRDs of the build
+// are created for real first (custom objects are validated against their CRD's schema, and
+// namespaced objects need their namespace), cert-manager's CRDs too, then every other object is
+// created (or, where it exists, replaced) with dryRun=All: validation, defaulting and admission
+// run and nothing is stored.
 func TestDeployOverlaysDryRun(t *testing.T) {
 	ctx := context.Background()
 	crdClient, err := apiextensionsclient.NewForConfig(env.AdminConfig)
@@ -59,9 +59,11 @@ func TestDeployOverlaysDryRun(t *testing.T) {
 	})
 	waitEstablished(t, crdClient, crds)
 
-	for _, overlay := range deploy.Overlays {
+	installs, err := deploy.Installations(repoRoot(t))
+	require.NoError(t, err)
+	for overlay, kustomization := range installs {
 		t.Run(overlay, func(t *testing.T) {
-			objs, err := deploy.BuildOverlay(repoRoot(t), t.TempDir(), overlay)
+			objs, err := deploy.BuildOverlay(repoRoot(t), t.TempDir(), overlay, kustomization)
 			require.NoError(t, err)
 			var first, rest []*unstructured.Unstructured
 			for _, o := range objs {
