@@ -99,7 +99,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 func webhookConfig(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("audit-webhook-config", flag.ContinueOnError)
-	url := fs.String("url", "", "kubescribe's audit endpoint, e.g. https://kubescribe.kubescribe.svc:8443/audit/local")
+	url := fs.String("url", "", "kubescribe's audit endpoint, e.g. https://kubescribe-audit.kubescribe.svc:8443/audit/local")
 	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
 	tokenFile := fs.String("token-file", "", "kubescribe's --audit-token-file: the apiserver presents its first token bound to the URL's route")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")

@@ -64,7 +64,7 @@ func Policy() []byte { return []byte(policy) }
 // WebhookConfig says how the apiserver reaches kubescribe's audit endpoint.
 type WebhookConfig struct {
 	// URL is kubescribe's audit endpoint including the route, for example
-	// https://kubescribe.kubescribe.svc:8443/audit/local.
+	// https://kubescribe-audit.kubescribe.svc:8443/audit/local.
 	URL string
 	// CAData is the PEM bundle that signs kubescribe's serving certificate.
 	CAData []byte
