@@ -8,8 +8,8 @@ import (
 
 // DeliverySlack is how far before a change's observation a failed delivery still counts as
 // one that may have carried the change's fact: the audit event precedes the watch event, which
-// may lag behind the write by a few seconds under load.
-const DeliverySlack = 5 * time.Second
+// lags behind the write by milliseconds, by a second or so under heavy load.
+const DeliverySlack = 2 * time.Second
 
 // RouteHistoryWindow is how recently a route must have delivered a batch (to any process
 // sharing the history) to be expected to deliver again: a route that did is doubtful until this

@@ -133,8 +133,37 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.RegisterWebhook(ctx); err != nil {
 		return nil, fmt.Errorf("registering the admission webhook: %w", err)
 	}
+	if !opts.NoAuditWebhook {
+		if err := s.waitAuditDelivery(ctx); err != nil {
+			return nil, err
+		}
+	}
 	logf("stack: kubescribe ready (ops %s, metrics %s, log %s)", s.OpsURL, s.MetricsURL, s.LogPath)
 	return s, nil
+}
+
+// waitAuditDelivery waits until kubescribe stored a first audit batch: the install's writes,
+// whose batches the apiserver could not deliver before kubescribe listened, come with its
+// first retry (10s later by default). Until a route has delivered to a kubescribe process, that
+// process waits the resume grace for the fact of any change it cannot explain (the apiserver may
+// not reach it yet); the tests start once it is reached.
+func (s *Stack) waitAuditDelivery(ctx context.Context) error {
+	const delivered = `kubescribe_audit_requests_total{code="200"}`
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		m, err := s.ScrapeMetrics()
+		if err == nil && m[delivered] > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubescribe received no audit batch within 90s (last scrape error: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // StartKubescribe starts kubescribe (again, after StopKubescribe) and waits until it is ready.
