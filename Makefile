@@ -5,8 +5,10 @@ CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 BIN := $(CURDIR)/bin
 KUBE_APISERVER := $(BIN)/kube-apiserver
 ETCD := $(BIN)/etcd
-# Debian packages the tests and the demo start for real.
-DEB_PACKAGES := etcd-server redis-server git ca-certificates
+# What every run of the real control plane (test/controlplane) is pointed at.
+CONTROL_PLANE_ENV := KUBE_APISERVER=$(KUBE_APISERVER) ETCD=$(ETCD)
+# Debian packages the tests and the demo start for real (etcd is built: see the etcd target).
+DEB_PACKAGES := redis-server git ca-certificates
 
 .PHONY: all build image test test-unit test-e2e fuzz demo generate verify-generate bench load load-snapshot lint deps kube-apiserver etcd clean
 
@@ -67,8 +69,8 @@ lint:
 
 # hack/image is a module of its own: go test ./... does not reach it. Its test builds the image
 # twice and compares the digests.
-test: deps kube-apiserver
-	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./...
+test: deps kube-apiserver etcd
+	$(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 30m ./...
 	cd hack/image && $(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
 
@@ -94,11 +96,11 @@ test-unit:
 	cd hack/image && $(GO) test -count=1 -short ./...
 
 ## test-e2e: the end-to-end tests against the real control plane only.
-test-e2e: deps kube-apiserver
-	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) test -count=1 -timeout 30m ./test/...
+test-e2e: deps kube-apiserver etcd
+	$(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 30m ./test/...
 
-demo: deps kube-apiserver
-	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/demo
+demo: deps kube-apiserver etcd
+	$(CONTROL_PLANE_ENV) $(GO) run ./test/demo
 
 ## bench: Go benchmarks, each reported as a ratio to its same-run baseline (hack/bench.sh).
 bench:
@@ -106,14 +108,14 @@ bench:
 
 ## load: load test against the real stack (docs/operations.md#load-test); LOAD_FLAGS, e.g.
 ## LOAD_FLAGS=-duration=20s, are passed to test/load.
-load: deps kube-apiserver
-	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/load $(LOAD_FLAGS)
+load: deps kube-apiserver etcd
+	$(CONTROL_PLANE_ENV) $(GO) run ./test/load $(LOAD_FLAGS)
 
 ## load-snapshot: issue 5's measurement (e): a 10,000-ConfigMap snapshot and 10,000 further commits
 ## against the real control plane, with kubescribe's RSS (test/snapshotload; not part of make test).
 ## Flags through LOAD_SNAPSHOT_FLAGS, e.g. LOAD_SNAPSHOT_FLAGS="-pprof -gctrace".
-load-snapshot: deps kube-apiserver
-	KUBE_APISERVER=$(KUBE_APISERVER) $(GO) run ./test/snapshotload $(LOAD_SNAPSHOT_FLAGS)
+load-snapshot: deps kube-apiserver etcd
+	$(CONTROL_PLANE_ENV) $(GO) run ./test/snapshotload $(LOAD_SNAPSHOT_FLAGS)
 
 clean:
 	rm -rf $(BIN)

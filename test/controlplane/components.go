@@ -20,51 +20,66 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// modulePath is the module whose bin/ holds the kube-apiserver built by `make kube-apiserver`.
+// modulePath is the module whose bin/ holds the binaries the Makefile builds.
 const modulePath = "github.com/kubescribe/kubescribe"
 
 type binaries struct {
 	kubeAPIServer, etcd, redis, git string
 }
 
-// findBinaries locates kube-apiserver ($KUBE_APISERVER, else <module root>/bin/kube-apiserver)
-// and etcd, redis-server and git on $PATH.
+// A builtBinary is built by the Makefile target of its name into <module root>/bin, from a
+// module of its own (test/kube-apiserver, test/etcd), and found through its environment variable.
+type builtBinary struct{ name, env string }
+
+var (
+	kubeAPIServerBinary = builtBinary{"kube-apiserver", "KUBE_APISERVER"}
+	// etcd is v3.7.0, not Debian's 3.4: kube-apiserver v1.37 disables its watch progress
+	// requests on etcd older than 3.4.31/3.5.13, and a watch-list client then fails.
+	etcdBinary = builtBinary{"etcd", "ETCD"}
+)
+
+// findBinaries locates kube-apiserver and etcd (each from its environment variable, else
+// <module root>/bin) and redis-server and git on $PATH.
 func findBinaries() (binaries, error) {
 	var b binaries
 	var err error
-	if b.kubeAPIServer, err = kubeAPIServerPath(); err != nil {
+	if b.kubeAPIServer, err = kubeAPIServerBinary.find(); err != nil {
+		return b, err
+	}
+	if b.etcd, err = etcdBinary.find(); err != nil {
 		return b, err
 	}
 	for _, x := range []struct {
 		name string
 		dst  *string
-	}{{"etcd", &b.etcd}, {"redis-server", &b.redis}, {"git", &b.git}} {
+	}{{"redis-server", &b.redis}, {"git", &b.git}} {
 		if *x.dst, err = exec.LookPath(x.name); err != nil {
-			return b, fmt.Errorf("controlplane: %s not found on PATH (run `make deps`, or apt-get install etcd-server redis-server git): %w", x.name, err)
+			return b, fmt.Errorf("controlplane: %s not found on PATH (run `make deps`, or apt-get install redis-server git): %w", x.name, err)
 		}
 	}
 	return b, nil
 }
 
-func kubeAPIServerPath() (string, error) {
-	if p := os.Getenv("KUBE_APISERVER"); p != "" {
+// find returns $env when set, else <module root>/bin/<name>.
+func (b builtBinary) find() (string, error) {
+	if p := os.Getenv(b.env); p != "" {
 		if err := checkExecutable(p); err != nil {
-			return "", fmt.Errorf("controlplane: KUBE_APISERVER=%s: %w", p, err)
+			return "", fmt.Errorf("controlplane: %s=%s: %w", b.env, p, err)
 		}
 		return p, nil
 	}
 	root, err := moduleRoot()
 	if err != nil {
-		return "", fmt.Errorf("controlplane: KUBE_APISERVER is not set and %w; run `make kube-apiserver` and set KUBE_APISERVER=<repo>/bin/kube-apiserver", err)
+		return "", fmt.Errorf("controlplane: %s is not set and %w; run `make %s` and set %s=<repo>/bin/%s", b.env, err, b.name, b.env, b.name)
 	}
-	return builtAPIServer(root)
+	return b.inRoot(root)
 }
 
-// builtAPIServer returns <root>/bin/kube-apiserver, where `make kube-apiserver` puts it.
-func builtAPIServer(root string) (string, error) {
-	p := filepath.Join(root, "bin", "kube-apiserver")
+// inRoot returns <root>/bin/<name>, where `make <name>` puts it.
+func (b builtBinary) inRoot(root string) (string, error) {
+	p := filepath.Join(root, "bin", b.name)
 	if err := checkExecutable(p); err != nil {
-		return "", fmt.Errorf("controlplane: kube-apiserver binary not found: %w; run `make kube-apiserver` in %s (or set KUBE_APISERVER)", err, root)
+		return "", fmt.Errorf("controlplane: %s binary not found: %w; run `make %s` in %s (or set %s)", b.name, err, b.name, root, b.env)
 	}
 	return p, nil
 }
@@ -136,13 +151,17 @@ func (cp *ControlPlane) startEtcd(bin string, clientPort, peerPort int) (*proces
 		"--logger=zap",
 		"--log-outputs=stderr",
 	}
-	// Durability is pointless for a throw-away store; skip fsync where etcd can.
+	// Durability is pointless for a throw-away store; skip fsync where etcd can. The probe
+	// lets $ETCD still name an etcd without the flag (Debian's 3.4.23), to compare against.
 	if etcdSupports(bin, "--unsafe-no-fsync") {
 		args = append(args, "--unsafe-no-fsync")
 	}
 	env := os.Environ()
-	if runtime.GOARCH != "amd64" {
-		// etcd 3.4 refuses to run on other architectures unless told to.
+	switch runtime.GOARCH {
+	case "amd64", "arm64", "ppc64le", "s390x":
+	default:
+		// etcd refuses to run on an architecture it does not support unless told to; it
+		// warns about the variable on one it does.
 		env = append(env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
 	}
 	logPath := filepath.Join(cp.Dir, "etcd.log")

@@ -162,7 +162,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"certs", "etcd", "redis", "git", "kubeconfig"} {
+	// etcd makes its data directory itself, with the permissions it wants (0700; etcd 3.7
+	// warns about any other).
+	for _, d := range []string{"certs", "redis", "git", "kubeconfig"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("controlplane: %w", err)
 		}

@@ -193,17 +193,26 @@ func TestStartCleansUpOnFailure(t *testing.T) {
 	require.Empty(t, childProcesses(t))
 }
 
-func TestMissingAPIServerBinary(t *testing.T) {
-	t.Setenv("KUBE_APISERVER", filepath.Join(t.TempDir(), "nope"))
-	_, err := Start(t.Context(), Options{Dir: t.TempDir()})
-	require.ErrorContains(t, err, "KUBE_APISERVER=")
-
+func TestMissingBinaries(t *testing.T) {
 	root, err := moduleRoot()
 	require.NoError(t, err)
 	require.FileExists(t, filepath.Join(root, "go.mod"))
 	require.FileExists(t, filepath.Join(root, "test", "controlplane", "controlplane.go"))
-	_, err = builtAPIServer(t.TempDir())
-	require.ErrorContains(t, err, "run `make kube-apiserver`")
+
+	for _, b := range []builtBinary{kubeAPIServerBinary, etcdBinary} {
+		t.Run(b.name, func(t *testing.T) {
+			// The other one is found, so that Start fails on this one.
+			for _, other := range []builtBinary{kubeAPIServerBinary, etcdBinary} {
+				t.Setenv(other.env, "/bin/true")
+			}
+			t.Setenv(b.env, filepath.Join(t.TempDir(), "nope"))
+			_, err := Start(t.Context(), Options{Dir: t.TempDir()})
+			require.ErrorContains(t, err, b.env+"=")
+
+			_, err = b.inRoot(t.TempDir())
+			require.ErrorContains(t, err, "run `make "+b.name+"`")
+		})
+	}
 }
 
 func TestCAIssue(t *testing.T) {

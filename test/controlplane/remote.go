@@ -43,10 +43,8 @@ func (cp *ControlPlane) StartRemote(ctx context.Context, route string) (_ *Remot
 		return nil, err
 	}
 	dir := filepath.Join(cp.Dir, "remote-"+route)
-	for _, d := range []string{"certs", "etcd"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("controlplane: %w", err)
-		}
+	if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o755); err != nil { // etcd makes its own
+		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	// The same CA and users: copy the files the apiserver reads.
 	for _, name := range []string{"ca.crt", "tokens.csv"} {
