@@ -28,8 +28,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 )
 
 // startForTest starts a control plane in a temporary directory, dumps its logs if the test
@@ -117,6 +119,49 @@ func TestControlPlane(t *testing.T) {
 		bob := kubernetes.NewForConfigOrDie(cp.UserConfig("bob"))
 		_, err = bob.CoreV1().ConfigMaps(ns).Get(ctx, "by-alice", metav1.GetOptions{})
 		require.True(t, apierrors.IsForbidden(err), "want Forbidden for bob, got %v", err)
+	})
+
+	t.Run("a watch-list client gets the initial state streamed", func(t *testing.T) {
+		// client-go's reflectors ask for this first (WatchListClient, on by default). The
+		// apiserver can serve it only when its etcd answers watch progress requests (3.4.31,
+		// 3.5.13 and later); on Debian's etcd 3.4 the stream ends in an internal error.
+		const ns = "watch-list"
+		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		want := map[string]bool{}
+		for _, name := range []string{"one", "two", "three"} {
+			_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			want[name] = true
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		w, err := admin.CoreV1().ConfigMaps(ns).Watch(wctx, metav1.ListOptions{
+			SendInitialEvents:    ptr.To(true),
+			ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+			AllowWatchBookmarks:  true,
+		})
+		require.NoError(t, err)
+		defer w.Stop()
+		got := map[string]bool{}
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Added:
+				got[ev.Object.(*corev1.ConfigMap).Name] = true
+			case watch.Bookmark:
+				if ev.Object.(*corev1.ConfigMap).Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+					// No controller-manager runs, so nothing else (kube-root-ca.crt) is in ns.
+					require.Equal(t, want, got, "initial events before the %s bookmark", metav1.InitialEventsAnnotationKey)
+					return
+				}
+			case watch.Error:
+				err := apierrors.FromObject(ev.Object)
+				t.Fatalf("the watch-list stream failed: %s: %v", apierrors.ReasonForError(err), err)
+			default:
+				t.Fatalf("%s event before the %s bookmark", ev.Type, metav1.InitialEventsAnnotationKey)
+			}
+		}
+		t.Fatalf("the watch ended without the %s bookmark (initial events: %v)", metav1.InitialEventsAnnotationKey, got)
 	})
 
 	t.Run("apiserver sends audit events to the audit endpoint", func(t *testing.T) {
