@@ -331,12 +331,13 @@ const listPageSize = 500
 
 // paged turns the first request of a list into a paginated one. The reflector lists only when
 // the apiserver cannot stream the initial state (watch-list needs etcd's progress requests,
-// which etcd 3.4 lacks); it asks for resourceVersion "0" or the version it last saw, which the
-// apiserver answers from its watch cache in one response, ignoring the limit: 10,000 ConfigMaps
-// are then ~15 MB of JSON and its decoded objects, all held before one is compacted. A
-// paginated read of the latest state (resourceVersion "") is answered page by page, each page
-// compacted before the next is fetched; the reflector watches on from the version it returns,
-// which is never older than the one it asked for. Continuation requests are left as they are.
+// which etcd before 3.4.31 and 3.5.13 lacks); it asks for resourceVersion "0" or the version
+// it last saw, which the apiserver answers from its watch cache in one response, ignoring the
+// limit: 10,000 ConfigMaps are then ~15 MB of JSON and its decoded objects, all held before
+// one is compacted. A paginated read of the latest state (resourceVersion "") is answered page
+// by page, each page compacted before the next is fetched; the reflector watches on from the
+// version it returns, which is never older than the one it asked for. Continuation requests
+// are left as they are.
 func paged(options metav1.ListOptions) metav1.ListOptions {
 	if options.Continue != "" {
 		return options
