@@ -568,7 +568,8 @@ func (j *Joiner) waitingSince(c watch.Change, seen time.Time) time.Time {
 	defer cancel()
 	t, err := j.clock.WaitingSince(ctx, c.Cluster, c.UID, c.ResourceVersion, c.Op == watch.OpDelete, seen, j.resumeGrace+time.Minute)
 	if err != nil {
-		j.log.Warn("cannot read or record when a change began to wait; its wait starts now", "err", err, "uid", c.UID)
+		// Debug: with Redis away every waiting change says so; the outage is logged elsewhere.
+		j.log.Debug("cannot read or record when a change began to wait; its wait starts now", "err", err, "uid", c.UID)
 		return seen
 	}
 	return t
