@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,6 +27,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 )
 
 // Overlays are the folders under deploy/overlays, each a complete installation.
@@ -329,4 +331,82 @@ func EnvFrom(objs []*unstructured.Unstructured, c *corev1.Container, name string
 		return v, nil
 	}
 	return "", fmt.Errorf("no env %s from a ConfigMap", name)
+}
+
+// WithComponent is the kustomization.yaml of the overlay named (a folder under
+// deploy/overlays) with deploy/components/<component> added to its components, as a user adds
+// an optional component to the overlay they install: BuildOverlay builds it under another name
+// (its secrets/ files are made anew there).
+func WithComponent(root, overlay, component string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "overlays", overlay, "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var k map[string]any
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		return nil, fmt.Errorf("deploy/overlays/%s/kustomization.yaml: %w", overlay, err)
+	}
+	components, _ := k["components"].([]any)
+	k["components"] = append(components, "../../components/"+component)
+	return yaml.Marshal(k)
+}
+
+// monitoringDocOverlay marks, in docs/install.md, the YAML block that follows as an overlay
+// with the monitoring component, built on the overlays it names with `../NAME`:
+// "<!-- test/deploy monitoring overlay NAME -->". They are not Installations: their dry run
+// needs the Prometheus Operator's CRDs.
+var monitoringDocOverlay = regexp.MustCompile("(?m)^<!-- test/deploy monitoring overlay ([a-z0-9-]+) -->\n```yaml\n((?s:.*?))```$")
+
+// MonitoringDocOverlays are the monitoring overlays of docs/install.md, by name.
+func MonitoringDocOverlays(root string) (map[string][]byte, error) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, m := range monitoringDocOverlay.FindAllSubmatch(doc, -1) {
+		out[string(m[1])] = m[2]
+	}
+	if len(out) == 0 {
+		return nil, errors.New("docs/install.md marks no monitoring overlay")
+	}
+	return out, nil
+}
+
+// BuildOnOverlays is BuildOverlay for a kustomization whose resources include overlays of
+// deploy/overlays (`../quickstart`): their secrets/ files are made first, as the user made
+// them when installing that overlay.
+func BuildOnOverlays(root, dir, name string, kustomization []byte) ([]*unstructured.Unstructured, error) {
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(kustomization, &k); err != nil {
+		return nil, err
+	}
+	deployDir, err := Copy(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range k.Resources {
+		if base, ok := strings.CutPrefix(r, "../"); ok && slices.Contains(Overlays, base) {
+			if err := MakeSecrets(deployDir, filepath.Join(deployDir, "overlays", base)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	overlay := filepath.Join(deployDir, "overlays", name)
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), kustomization, 0o644); err != nil {
+		return nil, err
+	}
+	if bytes.Contains(kustomization, []byte("secrets/")) {
+		return BuildIn(deployDir, overlay)
+	}
+	stream, err := Build(overlay)
+	if err != nil {
+		return nil, err
+	}
+	return Objects(stream)
 }
