@@ -3,11 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -84,28 +80,11 @@ func TestDeployOverlaysDryRun(t *testing.T) {
 // returns its CRDs as one YAML stream.
 func readCertManagerCRDs(t *testing.T) []byte {
 	t.Helper()
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(goCmd, "mod", "download", "-json", certManagerModule+"@"+certManagerVersion)
-	cmd.Dir = t.TempDir() // outside the main module: its go.mod stays as it is
-	out, err := cmd.Output()
-	require.NoError(t, err, "go mod download %s@%s: %s", certManagerModule, certManagerVersion, out)
-	var mod struct{ Dir, Sum string }
-	require.NoError(t, json.Unmarshal(out, &mod))
-	require.Equal(t, certManagerSum, mod.Sum, "%s@%s is not the module this test was written against", certManagerModule, certManagerVersion)
-	files, err := filepath.Glob(filepath.Join(mod.Dir, "deploy", "crds", "*.yaml"))
+	dir := downloadModule(t, certManagerModule, certManagerVersion, certManagerSum)
+	files, err := filepath.Glob(filepath.Join(dir, "deploy", "crds", "*.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
-	var all bytes.Buffer
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		all.WriteString("\n---\n")
-		all.Write(b)
-	}
-	return all.Bytes()
+	return concatYAML(t, files)
 }
 
 // waitEstablished waits until each CRD among objs is Established (served).
