@@ -7,6 +7,7 @@
 //	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
 //	kubescribe export [flags] DIR           write a live cluster's declared objects into DIR
 //	kubescribe rbac [flags]                 the least-privilege RBAC for the rules present
+//	kubescribe doctor [flags]               what is wrong with an installation, check by check
 //
 // docs/cli.md describes every command, flag and exit code.
 package main
@@ -53,6 +54,9 @@ const usage = `usage:
                   [--service-account NS/NAME | --user NAME | --group NAME ...] [--name NAME]
       print the least-privilege ClusterRole, Roles and bindings the WatchRules, ClusterWatchRules,
       GitProviders and GitTargets present need (kubectl apply -f -)
+  kubescribe doctor [--kubeconfig FILE] [--context NAME] [-n NS] [--format text|json] [flags]
+      check an installation: kubescribe and Redis, audit delivery and routes, RBAC, rules, Git;
+      exit code 0 nothing failed, 1 a check failed, 2 error (docs/cli.md#kubescribe-doctor)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -72,6 +76,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exportCmd(ctx, args[1:], stdout, stderr)
 	case "rbac":
 		return rbacCmd(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return doctorCmd(ctx, args[1:], stdout, stderr)
 
 	case "audit-policy":
 		_, err = stdout.Write(audit.Policy())
