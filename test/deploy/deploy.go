@@ -138,16 +138,21 @@ var docOverlay = regexp.MustCompile("(?m)^<!-- test/deploy overlay ([a-z0-9-]+) 
 // DocOverlays are the example overlays of docs/install.md, by name: kustomizations to be
 // written next to deploy/overlays/*.
 func DocOverlays(root string) (map[string][]byte, error) {
+	return docBlocks(root, docOverlay, "overlay")
+}
+
+// docBlocks are the YAML blocks of docs/install.md that marker marks, by name.
+func docBlocks(root string, marker *regexp.Regexp, what string) (map[string][]byte, error) {
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]byte{}
-	for _, m := range docOverlay.FindAllSubmatch(doc, -1) {
+	for _, m := range marker.FindAllSubmatch(doc, -1) {
 		out[string(m[1])] = m[2]
 	}
 	if len(out) == 0 {
-		return nil, errors.New("docs/install.md marks no overlay")
+		return nil, fmt.Errorf("docs/install.md marks no %s", what)
 	}
 	return out, nil
 }
@@ -359,18 +364,7 @@ var monitoringDocOverlay = regexp.MustCompile("(?m)^<!-- test/deploy monitoring 
 
 // MonitoringDocOverlays are the monitoring overlays of docs/install.md, by name.
 func MonitoringDocOverlays(root string) (map[string][]byte, error) {
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]byte{}
-	for _, m := range monitoringDocOverlay.FindAllSubmatch(doc, -1) {
-		out[string(m[1])] = m[2]
-	}
-	if len(out) == 0 {
-		return nil, errors.New("docs/install.md marks no monitoring overlay")
-	}
-	return out, nil
+	return docBlocks(root, monitoringDocOverlay, "monitoring overlay")
 }
 
 // BuildOnOverlays is BuildOverlay for a kustomization whose resources include overlays of

@@ -36,16 +36,30 @@ const (
 // created (or, where it exists, replaced) with dryRun=All: validation, defaulting and admission
 // run and nothing is stored.
 func TestDeployOverlaysDryRun(t *testing.T) {
-	ctx := context.Background()
 	crdClient, err := apiextensionsclient.NewForConfig(env.AdminConfig)
 	require.NoError(t, err)
 
-	certManagerCRDs := readCertManagerCRDs(t)
-	require.NoError(t, stack.Apply(ctx, env.AdminConfig, certManagerCRDs))
-	crds, err := deploy.Objects(certManagerCRDs)
+	installCRDs(t, crdClient, readCertManagerCRDs(t))
+
+	installs, err := deploy.Installations(repoRoot(t))
+	require.NoError(t, err)
+	for overlay, kustomization := range installs {
+		t.Run(overlay, func(t *testing.T) {
+			objs, err := deploy.BuildOverlay(repoRoot(t), t.TempDir(), overlay, kustomization)
+			require.NoError(t, err)
+			dryRunBuild(t, crdClient, objs)
+		})
+	}
+}
+
+// installCRDs creates the CRDs of a YAML stream, waits until they are served, and deletes them
+// when the test ends: the other tests' discovery need not see them.
+func installCRDs(t *testing.T, crdClient apiextensionsclient.Interface, crdYAML []byte) {
+	t.Helper()
+	require.NoError(t, stack.Apply(context.Background(), env.AdminConfig, crdYAML))
+	crds, err := deploy.Objects(crdYAML)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		// Leave the shared control plane as it was: the other tests' discovery need not see them.
 		for _, crd := range crds {
 			err := crdClient.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
@@ -54,26 +68,23 @@ func TestDeployOverlaysDryRun(t *testing.T) {
 		}
 	})
 	waitEstablished(t, crdClient, crds)
+}
 
-	installs, err := deploy.Installations(repoRoot(t))
-	require.NoError(t, err)
-	for overlay, kustomization := range installs {
-		t.Run(overlay, func(t *testing.T) {
-			objs, err := deploy.BuildOverlay(repoRoot(t), t.TempDir(), overlay, kustomization)
-			require.NoError(t, err)
-			var first, rest []*unstructured.Unstructured
-			for _, o := range objs {
-				if o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition" {
-					first = append(first, o)
-				} else {
-					rest = append(rest, o)
-				}
-			}
-			require.NoError(t, stack.Apply(ctx, env.AdminConfig, stream(t, first)))
-			waitEstablished(t, crdClient, first)
-			require.NoError(t, stack.DryRun(ctx, env.AdminConfig, stream(t, rest)))
-		})
+// dryRunBuild sends a build to the apiserver: its Namespaces and CRDs for real, everything
+// else with dryRun=All.
+func dryRunBuild(t *testing.T, crdClient apiextensionsclient.Interface, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var first, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition" {
+			first = append(first, o)
+		} else {
+			rest = append(rest, o)
+		}
 	}
+	require.NoError(t, stack.Apply(context.Background(), env.AdminConfig, stream(t, first)))
+	waitEstablished(t, crdClient, first)
+	require.NoError(t, stack.DryRun(context.Background(), env.AdminConfig, stream(t, rest)))
 }
 
 // readCertManagerCRDs downloads (or finds in the module cache) cert-manager's module and

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -12,12 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubescribe/kubescribe/test/deploy"
-	"github.com/kubescribe/kubescribe/test/stack"
 )
 
 // The Prometheus Operator's CRDs, for the dry run of deploy/components/monitoring: the
@@ -38,24 +34,10 @@ var prometheusOperatorCRDs = []string{"monitoring.coreos.com_servicemonitors.yam
 // PrometheusRule against their schemas (server-side dry run, as TestDeployOverlaysDryRun does
 // for the overlays).
 func TestMonitoringComponentDryRun(t *testing.T) {
-	ctx := context.Background()
 	crdClient, err := apiextensionsclient.NewForConfig(env.AdminConfig)
 	require.NoError(t, err)
-
 	// The cert-manager overlay needs cert-manager's CRDs too.
-	crdYAML := append(readPrometheusOperatorCRDs(t), readCertManagerCRDs(t)...)
-	require.NoError(t, stack.Apply(ctx, env.AdminConfig, crdYAML))
-	crds, err := deploy.Objects(crdYAML)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, crd := range crds {
-			err := crdClient.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("deleting %s: %v", crd.GetName(), err)
-			}
-		}
-	})
-	waitEstablished(t, crdClient, crds)
+	installCRDs(t, crdClient, append(readPrometheusOperatorCRDs(t), readCertManagerCRDs(t)...))
 
 	builds := map[string]func(t *testing.T) ([]*unstructured.Unstructured, error){}
 	for _, overlay := range deploy.Overlays {
@@ -78,19 +60,9 @@ func TestMonitoringComponentDryRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			objs, err := build(t)
 			require.NoError(t, err)
-			var first, rest []*unstructured.Unstructured
-			for _, o := range objs {
-				if o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition" {
-					first = append(first, o)
-				} else {
-					rest = append(rest, o)
-				}
-			}
-			require.NotNil(t, deploy.Find(rest, "ServiceMonitor", "kubescribe"))
-			require.NotNil(t, deploy.Find(rest, "PrometheusRule", "kubescribe"))
-			require.NoError(t, stack.Apply(ctx, env.AdminConfig, stream(t, first)))
-			waitEstablished(t, crdClient, first)
-			require.NoError(t, stack.DryRun(ctx, env.AdminConfig, stream(t, rest)))
+			require.NotNil(t, deploy.Find(objs, "ServiceMonitor", "kubescribe"))
+			require.NotNil(t, deploy.Find(objs, "PrometheusRule", "kubescribe"))
+			dryRunBuild(t, crdClient, objs)
 		})
 	}
 }
