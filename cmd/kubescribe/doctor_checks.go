@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -96,6 +97,11 @@ func (e *doctorEnv) checkKubescribe(ctx context.Context, k *kubescribeProcs) *do
 	}
 	if k.deployment != nil {
 		dep := k.deployment
+		if dep.Spec.Replicas != nil && *dep.Spec.Replicas == 0 {
+			c.Verdict, c.Summary = verdictFail, fmt.Sprintf("Deployment %s/%s is scaled to 0 replicas", dep.Namespace, dep.Name)
+			c.Fix = fmt.Sprintf("kubectl -n %s scale deployment %s --replicas=1", dep.Namespace, dep.Name)
+			return c
+		}
 		if len(k.pods) == 0 {
 			c.Verdict, c.Summary = verdictFail, fmt.Sprintf("Deployment %s/%s has no Pod", dep.Namespace, dep.Name)
 			for _, cond := range dep.Status.Conditions {
@@ -106,9 +112,10 @@ func (e *doctorEnv) checkKubescribe(ctx context.Context, k *kubescribeProcs) *do
 			c.Fix = fmt.Sprintf("kubectl -n %s describe deployment %s; kubectl -n %s get events", dep.Namespace, dep.Name, dep.Namespace)
 			return c
 		}
-		if n := len(k.pods); n > 1 {
-			c.add(&doctorFinding{Verdict: verdictWarn, Object: "Deployment " + dep.Name, Message: fmt.Sprintf("%d Pods: each replica writes every change (leader election is not built)", n),
-				Fix: "run one replica (docs/operations.md)"})
+		if dep.Spec.Replicas != nil && *dep.Spec.Replicas > 1 {
+			c.add(&doctorFinding{Verdict: verdictWarn, Object: "Deployment " + dep.Name,
+				Message: fmt.Sprintf("%d replicas: each writes every change (leader election is not built)", *dep.Spec.Replicas),
+				Fix:     fmt.Sprintf("kubectl -n %s scale deployment %s --replicas=1 (docs/operations.md)", dep.Namespace, dep.Name)})
 		}
 		for i := range k.pods {
 			p := &k.pods[i]
@@ -149,6 +156,9 @@ func (e *doctorEnv) checkKubescribe(ctx context.Context, k *kubescribeProcs) *do
 			f.Message, ready = "ready", ready+1
 		case strings.HasPrefix(body, "redis:"):
 			f.Verdict, f.Reason, f.Message = verdictWarn, "NotReady", body+" (see the Redis check)"
+		case strings.HasPrefix(body, "not running"):
+			f.Verdict, f.Reason, f.Message = verdictWarn, "NotReady", body
+			f.Fix = "run doctor again in a moment"
 		default:
 			f.Verdict, f.Reason, f.Message = verdictFail, "NotReady", fmt.Sprintf("/readyz answers %d: %s", code, body)
 			if strings.Contains(body, "caches not synced") {
@@ -371,18 +381,18 @@ func (e *doctorEnv) checkAuditDelivery(ctx context.Context, k *kubescribeProcs) 
 }
 
 // probeWrite makes a write the apiserver audits and nothing stores: a dry-run create of a
-// ConfigMap in kubescribe's namespace. It returns "" when it was made, else why not.
+// ConfigMap in kubescribe's namespace. It returns "" when the apiserver answered it, else why
+// not. A refused request counts: the apiserver audits a write before it authorizes or admits
+// it, so its event is sent whatever the answer (kubescribe keeps no fact of it).
 func (e *doctorEnv) probeWrite(ctx context.Context) string {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "kubescribe-doctor-", Namespace: e.opts.ksNamespace,
 		Labels: map[string]string{"app.kubernetes.io/name": "kubescribe-doctor"}}}
 	_, err := e.kube.CoreV1().ConfigMaps(e.opts.ksNamespace).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	switch {
-	case err == nil:
+	var status apierrors.APIStatus
+	if err == nil || errors.As(err, &status) {
 		return ""
-	case apierrors.IsForbidden(err):
-		return "you may not create ConfigMaps in namespace " + e.opts.ksNamespace + ", even as a dry run"
 	}
-	return "the dry-run write failed: " + err.Error()
+	return "the dry-run write did not reach the apiserver: " + err.Error()
 }
 
 func uptimeOf(m metricSet, now time.Time) time.Duration {

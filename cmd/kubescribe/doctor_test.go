@@ -613,3 +613,32 @@ func TestAPIPortForwarderRefused(t *testing.T) {
 	_, askedWS := paths.Load("GET /api/v1/namespaces/kubescribe/pods/kubescribe-7c9d/portforward")
 	require.True(t, asked || askedWS, "the port-forward subresource was asked for")
 }
+
+// TestDoctorReplicas: a Deployment scaled to zero fails; more than one replica is a warning.
+func TestDoctorReplicas(t *testing.T) {
+	for replicas, want := range map[int32]string{0: "FAIL  kubescribe runs: Deployment kubescribe/kubescribe is scaled to 0 replicas",
+		2: "Deployment kubescribe: 2 replicas: each writes every change"} {
+		fx := newDoctorFixture(t)
+		dep, err := fx.kube.AppsV1().Deployments("kubescribe").Get(context.Background(), "kubescribe", metav1.GetOptions{})
+		require.NoError(t, err)
+		dep.Spec.Replicas = &replicas
+		_, err = fx.kube.AppsV1().Deployments("kubescribe").Update(context.Background(), dep, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		_, _, out := fx.run(t)
+		require.Contains(t, out, want)
+	}
+}
+
+// TestDoctorProbeRefused: a probe the apiserver refuses is still audited and counts as made.
+func TestDoctorProbeRefused(t *testing.T) {
+	fx := newDoctorFixture(t)
+	fx.ks.deliver = nil
+	fx.kube.PrependReactor("create", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		fx.probes.Add(1)
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errAt("no"))
+	})
+	_, checks, out := fx.run(t)
+	require.EqualValues(t, 1, fx.probes.Load())
+	require.Equal(t, verdictFail, checks["audit-delivery"].Verdict, out)
+	require.Contains(t, checks["audit-delivery"].Summary, "within 20s of a write")
+}
