@@ -295,6 +295,7 @@ func (e *doctorEnv) checkAuditDelivery(ctx context.Context, k *kubescribeProcs) 
 		}
 		return c
 	}
+	c.add(&doctorFinding{Verdict: verdictOK, Object: "/metrics", Message: fmt.Sprintf("read with %s; certificate %s", k.tokenSource, k.metricsCA)})
 	uptime := uptimeOf(before, e.now())
 	// noProbe says why no write provoked an audit event ("" when one did).
 	noProbe := "--no-probe"

@@ -306,6 +306,7 @@ func TestDoctorHealthy(t *testing.T) {
 	require.Contains(t, checks["audit-delivery"].Summary, "the apiserver delivered 1 audit batch within 1s, answered 200 (route local)")
 	require.Contains(t, checks["rbac"].Summary, "ServiceAccount kubescribe/kubescribe may do the 3 requests")
 	require.Contains(t, out, "Nothing wrong found.")
+	require.Contains(t, out, "- /metrics: read with a 10-minute token of ServiceAccount monitoring/prometheus; certificate verified with ca.crt of Secret kubescribe/kubescribe-tls-abc")
 
 	var buf bytes.Buffer
 	require.NoError(t, writeDoctorReport(&buf, "json", r))
