@@ -164,7 +164,7 @@ func parseDoctorFlags(args []string, stderr io.Writer) (*doctorOptions, error) {
 	user := fs.String("user", "", "kubescribe's identity for the RBAC check, a user (kubescribe run with a kubeconfig)")
 	fs.Var(&groups, "group", "a group of --user; repeatable")
 	fs.StringVar(&o.clusterName, "cluster-name", "", "kubescribe's --cluster-name, the local cluster's audit route (default: read from the Deployment, else local)")
-	fs.StringVar(&o.attributionSource, "attribution-source", "", "kubescribe's --attribution-source, audit or admission (default: read from the Deployment, else audit)")
+	fs.StringVar(&o.attributionSource, "attribution-source", "", "kubescribe's --attribution-source, audit, admission or both (default: read from the Deployment, else audit)")
 	fs.StringVar(&o.opsURL, "ops-url", "", "reach kubescribe's /healthz and /readyz here (http://HOST:PORT) instead of through its Pods")
 	fs.StringVar(&o.metricsURL, "metrics-url", "", "reach kubescribe's /metrics here (https://HOST:PORT/metrics) instead of through its Pods")
 	fs.StringVar(&o.metricsCAFile, "metrics-ca-file", "", "PEM CA that signed the metrics listener's certificate (default: ca.crt of the Secret kubescribe serves, read through the API)")
@@ -187,9 +187,9 @@ func parseDoctorFlags(args []string, stderr io.Writer) (*doctorOptions, error) {
 		return nil, fmt.Errorf("--format %q: want text or json", o.format)
 	}
 	switch o.attributionSource {
-	case "", "audit", "admission":
+	case "", "audit", "admission", "both":
 	default:
-		return nil, fmt.Errorf("--attribution-source %q: want audit or admission", o.attributionSource)
+		return nil, fmt.Errorf("--attribution-source %q: want audit, admission or both", o.attributionSource)
 	}
 	if o.auditWait <= 0 {
 		return nil, fmt.Errorf("--audit-wait %s: want a positive duration", o.auditWait)

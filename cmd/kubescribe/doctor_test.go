@@ -469,7 +469,8 @@ func TestDoctorFlags(t *testing.T) {
 
 	for args, want := range map[string]string{
 		"--format yaml":                                   "want text or json",
-		"--attribution-source webhook":                    "want audit or admission",
+		"--attribution-source webhook":                    "want audit, admission or both",
+		"--attribution-source both":                       "",
 		"--audit-wait 0s":                                 "want a positive duration",
 		"--service-account kubescribe":                    "want NAMESPACE/NAME",
 		"--metrics-service-account prometheus":            "want NAMESPACE/NAME",
