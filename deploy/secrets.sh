@@ -80,7 +80,7 @@ extendedKeyUsage = clientAuth"
 }
 
 # The secrets/<file> names the kustomization reads, in order, once each.
-wanted=$(grep -o 'secrets/[A-Za-z0-9._-]*' "$overlay/kustomization.yaml" | sed 's|^secrets/||' | awk '!seen[$0]++')
+wanted=$( (grep -o 'secrets/[A-Za-z0-9._-]*' "$overlay/kustomization.yaml" || true) | sed 's|^secrets/||' | awk '!seen[$0]++')
 if [ -z "$wanted" ]; then
 	echo "$overlay/kustomization.yaml reads no secrets/ file: nothing to do" >&2
 	exit 0
