@@ -55,6 +55,25 @@ etcd: $(ETCD)
 $(ETCD): test/etcd/go.mod test/etcd/go.sum
 	cd test/etcd && $(GO) build -o $(ETCD) go.etcd.io/etcd/server/v3
 
+## node-binaries: kubelet, kube-proxy, kube-controller-manager and kube-scheduler v1.37.2, built
+## from the same module (test/kube-apiserver) and k8s.io/kubernetes as kube-apiserver, with the
+## same version stamp, for test/cluster's real node.
+.PHONY: node-binaries cluster-test
+NODE_COMPONENTS := kubelet kube-proxy kube-controller-manager kube-scheduler
+NODE_BINARIES := $(addprefix $(BIN)/,$(NODE_COMPONENTS))
+node-binaries: $(NODE_BINARIES)
+$(NODE_BINARIES) &: test/kube-apiserver/go.mod test/kube-apiserver/go.sum
+	cd test/kube-apiserver && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(NODE_COMPONENTS))
+# What the node runs besides them (containerd 1.6, runc, the bridge and host-local CNI plugins,
+# iptables for kube-proxy and the guard rules) and nftables, whose `nft` the tear-down's check
+# reads the rules with.
+DEB_PACKAGES += containerd runc containernetworking-plugins iptables nftables
+
+## cluster-test: test/cluster's tests on a real single-node cluster, which they bring up and tear
+## down themselves, checking that nothing is left on the machine (root; docs/testing.md#a-real-node).
+cluster-test: deps kube-apiserver etcd node-binaries
+	KUBESCRIBE_NODE=1 $(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 15m -v ./test/cluster/
+
 verify-generate:
 	hack/verify-generate.sh
 
@@ -73,6 +92,7 @@ test: deps kube-apiserver etcd
 	$(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 30m ./...
 	cd hack/image && $(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory cluster-test
 
 ## fuzz: every decoder of what a caller sends, fuzzed for FUZZTIME each (part of make test; the
 ## seed corpora also run in every plain go test). A crash is saved under the package's
