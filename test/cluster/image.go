@@ -80,20 +80,48 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
+// layerFile is one entry of an image's only layer: a regular file (Data), a symbolic link
+// (Link) or, with a Path ending in "/", a directory.
+type layerFile struct {
+	Path string // without the leading "/"
+	Mode int64
+	UID  int // and GID
+	Data []byte
+	Link string
+}
+
+// imageConfig is what an image's config says about running it.
+type imageConfig struct {
+	Entrypoint, Cmd, Env []string
+	User                 string
+}
+
 // writeDockerArchive writes an image whose only file is prog at path (mode 0755), run as user.
 func writeDockerArchive(out, ref, user, path string, prog []byte) error {
+	return writeImage(out, ref, imageConfig{Entrypoint: []string{path}, User: user, Env: []string{"PATH=/"}},
+		[]layerFile{{Path: "tmp/", Mode: 0o1777}, {Path: strings.TrimPrefix(path, "/"), Mode: 0o755, Data: prog}})
+}
+
+// writeImage writes a docker archive of one layer holding files, in the order given.
+func writeImage(out, ref string, cfg imageConfig, files []layerFile) error {
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
 	epoch := time.Unix(0, 0)
-	for _, h := range []*tar.Header{
-		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: epoch},
-		{Name: strings.TrimPrefix(path, "/"), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(prog)), ModTime: epoch},
-	} {
+	for _, f := range files {
+		h := &tar.Header{Name: f.Path, Mode: f.Mode, Uid: f.UID, Gid: f.UID, ModTime: epoch}
+		switch {
+		case strings.HasSuffix(f.Path, "/"):
+			h.Typeflag = tar.TypeDir
+		case f.Link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(prog); err != nil {
+			if _, err := tw.Write(f.Data); err != nil {
 				return err
 			}
 		}
@@ -108,9 +136,10 @@ func writeDockerArchive(out, ref, user, path string, prog []byte) error {
 		"os":           "linux",
 		"created":      epoch.UTC().Format(time.RFC3339),
 		"config": map[string]any{
-			"Entrypoint": []string{path},
-			"User":       user,
-			"Env":        []string{"PATH=/"},
+			"Entrypoint": cfg.Entrypoint,
+			"Cmd":        cfg.Cmd,
+			"User":       cfg.User,
+			"Env":        cfg.Env,
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerID}},
 		"history": []map[string]any{{"created": epoch.UTC().Format(time.RFC3339), "created_by": "test/cluster"}},

@@ -74,3 +74,58 @@ func TestDockerArchive(t *testing.T) {
 		t.Errorf("layer holds %q", names)
 	}
 }
+
+func TestRedisImage(t *testing.T) {
+	for _, p := range []string{"/usr/bin/redis-server", "/usr/bin/redis-cli", "/bin/busybox"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("%v (make deps installs it)", err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "redis.tar")
+	if err := BuildRedisImage(t.Context(), out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The archive's second entry is the layer.
+	tr := tar.NewReader(strings.NewReader(string(b)))
+	var layer []byte
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if strings.HasSuffix(h.Name, "/layer.tar") {
+			layer, _ = io.ReadAll(tr)
+		}
+	}
+	entries := map[string]*tar.Header{}
+	lr := tar.NewReader(strings.NewReader(string(layer)))
+	for {
+		h, err := lr.Next()
+		if err != nil {
+			break
+		}
+		entries[h.Name] = h
+	}
+	for _, want := range []string{"usr/local/bin/redis-server", "usr/local/bin/redis-cli", "bin/busybox", "data/"} {
+		if entries[want] == nil {
+			t.Errorf("the layer lacks %s", want)
+		}
+	}
+	loader := false
+	for name := range entries {
+		loader = loader || strings.Contains(name, "/ld-linux")
+	}
+	if !loader {
+		t.Error("the layer lacks the dynamic loader")
+	}
+	if h := entries["bin/sh"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "busybox" {
+		t.Errorf("bin/sh: %+v", h)
+	}
+	if h := entries["data/"]; h != nil && h.Uid != 999 {
+		t.Errorf("/data is owned by %d, want 999", h.Uid)
+	}
+}
