@@ -272,7 +272,9 @@ func findBinaries() (binaries, error) {
 	return b, nil
 }
 
-// moduleRoot is the kubescribe module's root: two levels above this package.
+// ModuleRoot is the kubescribe module's root (the repository): two levels above this package.
+func ModuleRoot() (string, error) { return moduleRoot() }
+
 func moduleRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {

@@ -66,8 +66,20 @@ func TestNode(t *testing.T) {
 		}
 	})
 
-	smoke(ctx, t, c)
+	t.Run("smoke", func(t *testing.T) { smoke(ctx, t, c) })
 	logRSS(t, c)
+	t.Run("quickstart", func(t *testing.T) { quickstart(ctx, t, c) })
+	logRSS(t, c)
+	// The kubelet rewrote these at its start; Start put them back, and they must stay so.
+	for _, k := range []string{"kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory"} {
+		b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now := strings.TrimSpace(string(b)); now != c.Before.Sysctls[k] {
+			t.Errorf("sysctl %s = %s while the node runs, was %s", k, now, c.Before.Sysctls[k])
+		}
+	}
 
 	if t.Failed() {
 		c.DumpLogs(os.Stderr, 60)
