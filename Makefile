@@ -65,13 +65,14 @@ node-binaries: $(NODE_BINARIES)
 $(NODE_BINARIES) &: test/kube-apiserver/go.mod test/kube-apiserver/go.sum
 	cd test/kube-apiserver && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(NODE_COMPONENTS))
 # What the node runs besides them (containerd 1.6, runc, the bridge and host-local CNI plugins,
-# iptables for kube-proxy and the guard rules) and nftables, whose `nft` the tear-down's check
-# reads the rules with.
-DEB_PACKAGES += containerd runc containernetworking-plugins iptables nftables
+# iptables for kube-proxy and the guard rules), nftables, whose `nft` the tear-down's check
+# reads the rules with, and busybox-static, whose sh, cat and grep go into the test's Redis image.
+DEB_PACKAGES += containerd runc containernetworking-plugins iptables nftables busybox-static
 
 ## cluster-test: test/cluster's tests on a real single-node cluster, which they bring up and tear
-## down themselves, checking that nothing is left on the machine (root; docs/testing.md#a-real-node).
-cluster-test: deps kube-apiserver etcd node-binaries
+## down themselves, checking that nothing is left on the machine; kubescribe's quickstart overlay
+## is installed there with the image of make image (root; docs/testing.md#a-real-node).
+cluster-test: deps kube-apiserver etcd node-binaries image
 	KUBESCRIBE_NODE=1 $(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 15m -v ./test/cluster/
 
 verify-generate:
