@@ -153,9 +153,14 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
 		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
 		"--initial-cluster=node=" + peer, "--initial-cluster-state=new",
-		"--logger=zap", "--log-outputs=stderr",
+		"--log-outputs=stderr",
 	}
-	if help, _ := run(ctx, c.bins.etcd, "--help"); strings.Contains(help, "--unsafe-no-fsync") {
+	// Debian's etcd 3.4 or the one $ETCD names (newer): pass only the flags it has.
+	help, _ := run(ctx, c.bins.etcd, "--help")
+	if strings.Contains(help, "--logger ") {
+		args = append(args, "--logger=zap")
+	}
+	if strings.Contains(help, "--unsafe-no-fsync") {
 		args = append(args, "--unsafe-no-fsync")
 	}
 	if c.etcd, err = startProc(c.Dir, "etcd", c.bins.etcd, args, nil); err != nil {
