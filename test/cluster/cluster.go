@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -331,7 +332,7 @@ func (c *Cluster) Stop() error {
 		if c.Before != nil {
 			e.add(removeCgroups(c.Before))
 			e.add(restoreSysctls(c.Before))
-			e.add(removeNewPaths(c.Before))
+			e.add(removeNewPaths(c.Before, c.Dir))
 		}
 		if !c.opts.Keep {
 			e.add(os.RemoveAll(c.Dir))
@@ -489,15 +490,48 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// removeNewPaths removes the hostPaths that did not exist before.
-func removeNewPaths(before *HostState) error {
+// removeNewPaths removes, of the hostPaths that did not exist before, the empty directories, the
+// symbolic links into dir (the kubelet's /var/log/containers links) and the sockets nothing
+// listens on any more (the kubelet's device-plugin socket, which is always
+// /var/lib/kubelet/device-plugins/kubelet.sock; containerd's shims' in /run/containerd/s),
+// deepest first. Anything else there is not the node's alone (a live socket of another
+// containerd's shim, say): it stays, and the check names it.
+func removeNewPaths(before *HostState, dir string) error {
 	var e errs
 	for _, p := range hostPaths {
 		if containsString(before.Paths, p) {
 			continue
 		}
-		if _, err := os.Lstat(p); err == nil {
-			e.add(os.RemoveAll(p))
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		var entries []string
+		_ = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+			if err == nil {
+				entries = append(entries, path)
+			}
+			return nil
+		})
+		sort.Sort(sort.Reverse(sort.StringSlice(entries)))
+		for _, x := range entries {
+			fi, err := os.Lstat(x)
+			if err != nil {
+				continue
+			}
+			switch {
+			case fi.IsDir():
+				_ = syscall.Rmdir(x) // fails if something else is in it
+			case fi.Mode()&os.ModeSymlink != 0:
+				if target, err := os.Readlink(x); err == nil && strings.HasPrefix(target, dir+"/") {
+					e.add(os.Remove(x))
+				}
+			case fi.Mode()&os.ModeSocket != 0:
+				if conn, err := net.DialTimeout("unix", x, time.Second); err == nil {
+					conn.Close()
+				} else if errors.Is(err, syscall.ECONNREFUSED) {
+					e.add(os.Remove(x))
+				}
+			}
 		}
 	}
 	return e.join()
