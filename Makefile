@@ -75,6 +75,12 @@ DEB_PACKAGES += containerd runc containernetworking-plugins iptables nftables bu
 cluster-test: deps kube-apiserver etcd node-binaries image
 	KUBESCRIBE_NODE=1 $(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 15m -v ./test/cluster/
 
+## cluster-clean: tear down what a node left when its test binary died before its tear-down
+## (killed, timed out), from the snapshot it kept; the next bring-up refuses to start until then.
+.PHONY: cluster-clean
+cluster-clean:
+	$(GO) run ./test/cluster/cmd/cleanup
+
 verify-generate:
 	hack/verify-generate.sh
 

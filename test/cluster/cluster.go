@@ -12,6 +12,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -127,7 +128,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join("/sys/class/net", Bridge)); err == nil {
-		return nil, fmt.Errorf("cluster: the bridge %s exists: another node runs on this machine, or one was left (see docs/testing.md)", Bridge)
+		return nil, fmt.Errorf("cluster: the bridge %s exists: another node runs on this machine, or one was left (`make cluster-clean` tears a left one down)", Bridge)
 	}
 	logf := opts.Logf
 	if logf == nil {
@@ -147,6 +148,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		logf("cluster: %s after %s", s, time.Since(began).Round(10*time.Millisecond))
 	}
 	if c.Before, err = Snapshot(ctx, c.Dir); err != nil {
+		return nil, err
+	}
+	// Kept for Recover, should this process die before Stop.
+	if err := saveSnapshot(c.Before, filepath.Join(c.Dir, beforeFile)); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -212,6 +217,42 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	step("default ServiceAccount and kube-root-ca.crt published")
 	return c, nil
+}
+
+// beforeFile is where Start keeps its snapshot of the machine, in the run directory.
+const beforeFile = "before.json"
+
+func saveSnapshot(h *HostState, path string) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// Recover tears down a node whose test binary died before Stop (killed, or timed out: its
+// components die with it, but not containerd's shims, the bridge, the rules, the mounts, the
+// cgroups or the sysctls), from the snapshot Start kept in its run directory dir, and checks the
+// machine against it as Stop does.
+func Recover(dirs ...string) error {
+	var e errs
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, beforeFile))
+		if err != nil {
+			e.add(fmt.Errorf("cluster: %s: %w", dir, err))
+			continue
+		}
+		var before HostState
+		if err := json.Unmarshal(b, &before); err != nil {
+			e.add(fmt.Errorf("cluster: %s: %w", dir, err))
+			continue
+		}
+		before.procMark = dir
+		bins, _ := findBinaries() // without kube-proxy, its rules are removed by name only
+		c := &Cluster{Dir: dir, Before: &before, bins: bins, logf: func(string, ...any) {}}
+		e.add(c.Stop())
+	}
+	return e.join()
 }
 
 // binaries are the programs a node runs.
@@ -329,6 +370,7 @@ func (c *Cluster) Stop() error {
 			e.add(tearDownNetwork(ctx, c.Before, cleanup))
 		}
 		e.add(unmountBelow(c.Dir))
+		e.add(removeCNIResults())
 		if c.Before != nil {
 			e.add(removeCgroups(c.Before))
 			e.add(restoreSysctls(c.Before))
@@ -488,6 +530,37 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// cniResults is where libcni caches the result of each ADD until its DEL: a fixed path.
+const cniResults = "/var/lib/cni/results"
+
+// removeCNIResults removes libcni's cached results of the node's network (and of containerd's
+// loopback for the same sandboxes), which a DEL that never came (the kubelet or containerd
+// killed) leaves behind.
+func removeCNIResults() error {
+	es, err := os.ReadDir(cniResults)
+	if err != nil {
+		return nil
+	}
+	var e errs
+	prefix := cniNetwork + "-"
+	for _, x := range es {
+		name := x.Name()
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		// <network>-<container id>-<interface>
+		id := strings.TrimPrefix(name, prefix)
+		if i := strings.LastIndex(id, "-"); i > 0 {
+			id = id[:i]
+		}
+		e.add(os.Remove(filepath.Join(cniResults, name)))
+		if err := os.Remove(filepath.Join(cniResults, "cni-loopback-"+id+"-lo")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.add(err)
+		}
+	}
+	return e.join()
 }
 
 // removeNewPaths removes, of the hostPaths that did not exist before, the empty directories, the

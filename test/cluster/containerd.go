@@ -61,12 +61,15 @@ func (c *Cluster) containerdSocket() string {
 	return filepath.Join(c.Dir, "containerd", "containerd.sock")
 }
 
+// cniNetwork is the CNI network's name.
+const cniNetwork = "kubescribe-node"
+
 // cniConfig is the pods' network: the bridge plugin on Bridge (created beforehand, with the
 // node IP), addresses from host-local with its state under the run directory, no masquerade.
 func (c *Cluster) cniConfig() ([]byte, error) {
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": "0.4.0",
-		"name":       "kubescribe-node",
+		"name":       cniNetwork,
 		"plugins": []any{
 			map[string]any{
 				"type":             "bridge",
