@@ -70,6 +70,11 @@ func TestNode(t *testing.T) {
 	logRSS(t, c)
 	t.Run("quickstart", func(t *testing.T) { quickstart(ctx, t, c) })
 	logRSS(t, c)
+	// The sink outlives the apiserver: with nobody to take its last batch, the apiserver would
+	// retry until Stop kills it.
+	sink := startAuditSink(t, c)
+	defer sink.close()
+	t.Run("audit webhook", func(t *testing.T) { auditWebhook(ctx, t, c, sink) })
 	// The kubelet rewrote these at its start; Start put them back, and they must stay so.
 	for _, k := range []string{"kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory"} {
 		b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/"))

@@ -231,9 +231,15 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 func (c *Cluster) SetAudit(ctx context.Context, audit *Audit) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	began := time.Now()
 	c.apiserver.stop(10 * time.Second)
+	c.logf("cluster: kube-apiserver stopped in %s", time.Since(began).Round(10*time.Millisecond))
 	c.opts.Audit = audit
-	return c.startAPIServer(ctx)
+	if err := c.startAPIServer(ctx); err != nil {
+		return err
+	}
+	c.logf("cluster: kube-apiserver ready again after %s", time.Since(began).Round(10*time.Millisecond))
+	return nil
 }
 
 func (c *Cluster) startControllers(ctx context.Context) error {
