@@ -68,6 +68,16 @@ func TestExcludeFieldManagers(t *testing.T) {
 	snap := nextChange(t, changes)
 	require.True(t, snap.Snapshot, "the initial state is never excluded")
 	require.Equal(t, []string{"system:serviceaccount:argocd:app"}, snap.ExcludeUsers, "user exclusions travel to the join")
+	// The fake client replays nothing to a watch that starts after a write: write once the
+	// informer watches.
+	require.Eventually(t, func() bool {
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "watch" && a.GetResource() == configMaps {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "the informer never watched")
 
 	cms := client.Resource(configMaps).Namespace("demo")
 	byArgo := configMap("cfg", "2", map[string]any{"a": "2"})
