@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -68,6 +69,12 @@ type App struct {
 	router     *git.Router
 	controller *controller.Controller
 
+	// tls serves the listeners' certificates and client CAs, reloaded when they change.
+	tls *listenerTLS
+	// serving is the audit listener's certificate; admissionServing the admission and metrics
+	// listeners' (the same unless --admission-tls-cert-file).
+	serving, admissionServing dynamiccertificates.CertKeyContentProvider
+
 	auditLn, opsLn   net.Listener
 	auditSrv, opsSrv *http.Server
 	// The admission listener and server; nil when disabled.
@@ -101,6 +108,10 @@ func New(opts Options) (_ *App, err error) {
 		}
 	}()
 
+	a.tls = newListenerTLS(a.log.With("component", "tls"), opts.Registry)
+	if err := a.servingCertificates(); err != nil {
+		return nil, err
+	}
 	tlsConfig, authn, err := a.auditSecurity()
 	if err != nil {
 		return nil, err
@@ -220,35 +231,40 @@ func New(opts Options) (_ *App, err error) {
 	if a.opsLn, err = a.listen("ops", opts.OpsListenAddress); err != nil {
 		return nil, err
 	}
-	if opts.AdmissionListenAddress == "" && opts.MetricsListenAddress == "" {
-		return a, nil
-	}
-	// The admission and metrics listeners serve one certificate, reloaded when it changes.
-	certFile, keyFile := opts.AdmissionTLSCertFile, opts.AdmissionTLSKeyFile
-	if certFile == "" {
-		certFile, keyFile = opts.TLSCertFile, opts.TLSKeyFile
-	}
-	certs, err := newCertReloader(certFile, keyFile, a.log.With("component", "tls"))
-	if err != nil {
-		return nil, fmt.Errorf("admission and metrics serving certificate: %w", err)
-	}
 	if opts.AdmissionListenAddress != "" {
-		if err := a.admission(kube, verdicts, certs); err != nil {
+		if err := a.admission(kube, verdicts); err != nil {
 			return nil, err
 		}
 	}
 	if opts.MetricsListenAddress != "" {
-		if err := a.metrics(restConfig, certs); err != nil {
+		if err := a.metrics(restConfig); err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
 }
 
-// metrics builds the metrics server and binds its listener: TLS with the certificate of
-// certs, and every request authenticated and authorized against the Kubernetes API unless
-// the options opt out.
-func (a *App) metrics(restConfig *rest.Config, certs *certReloader) error {
+// servingCertificates loads the listeners' serving certificates: the audit listener's
+// (--tls-cert-file), and the admission and metrics listeners' (--admission-tls-cert-file, else
+// the audit listener's).
+func (a *App) servingCertificates() error {
+	var err error
+	if a.serving, err = a.tls.servingFiles("audit serving certificate", a.opts.TLSCertFile, a.opts.TLSKeyFile); err != nil {
+		return err
+	}
+	a.admissionServing = a.serving
+	if a.opts.AdmissionTLSCertFile != "" {
+		if a.admissionServing, err = a.tls.servingFiles("admission serving certificate", a.opts.AdmissionTLSCertFile, a.opts.AdmissionTLSKeyFile); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// metrics builds the metrics server and binds its listener: TLS with the admission listener's
+// certificate, and every request authenticated and authorized against the Kubernetes API
+// unless the options opt out.
+func (a *App) metrics(restConfig *rest.Config) error {
 	log := a.log.With("component", "metrics")
 	var auth *metricsAuth
 	if a.opts.MetricsInsecureAllowUnauthenticated {
@@ -263,29 +279,34 @@ func (a *App) metrics(restConfig *rest.Config, certs *certReloader) error {
 		}
 		auth = newMetricsAuth(kube, log, a.opts.Registry)
 	}
+	cfg, err := a.tls.config("metrics", a.admissionServing, nil)
+	if err != nil {
+		return err
+	}
 	a.metricsSrv = newServer(metricsHandler(a.opts.Registry, auth), a.log)
-	a.metricsSrv.TLSConfig = &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
-	var err error
+	a.metricsSrv.TLSConfig = cfg
 	a.metricsLn, err = a.listen("metrics", a.opts.MetricsListenAddress)
 	return err
 }
 
-// admission builds the admission webhook's server and binds its listener, serving the
-// certificate of certs.
-func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store, certs *certReloader) error {
-	cfg := &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
+// admission builds the admission webhook's server and binds its listener.
+func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error {
 	auth, err := a.admissionAuth()
 	if err != nil {
 		return err
 	}
+	// A client certificate, when given, must verify against the admission client CA; a managed
+	// cluster's apiserver presents none and authenticates with the token in its webhook's URL
+	// path.
+	var clientCA dynamiccertificates.CAContentProvider
 	if a.opts.AdmissionClientCAFile != "" {
-		pool, err := loadClientCA("admission", a.opts.AdmissionClientCAFile)
-		if err != nil {
+		if clientCA, err = a.tls.clientCAFile("admission", a.opts.AdmissionClientCAFile); err != nil {
 			return err
 		}
-		// A certificate, when given, must verify; a managed cluster's apiserver presents none
-		// and authenticates with the token in its webhook's URL path.
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	cfg, err := a.tls.config("admission", a.admissionServing, clientCA)
+	if err != nil {
+		return err
 	}
 	h, err := authz.NewHandler(authz.HandlerOptions{
 		Reviewer:     kube.AuthorizationV1().SubjectAccessReviews(),
@@ -399,23 +420,22 @@ func newServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// auditSecurity loads the serving certificate, the client CA and the bearer tokens, and binds
-// each credential to its routes.
+// auditSecurity builds the audit listener's TLS (its serving certificate and client CA) and
+// loads the bearer tokens, and binds each credential to its routes.
 func (a *App) auditSecurity() (*tls.Config, audit.Authenticator, error) {
 	var authn audit.Authenticator
-	cert, err := tls.LoadX509KeyPair(a.opts.TLSCertFile, a.opts.TLSKeyFile)
-	if err != nil {
-		return nil, authn, fmt.Errorf("loading the audit serving certificate %s: %w", a.opts.TLSCertFile, err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	// A client certificate, when given, must verify; a request without one may still carry a
+	// token.
+	var clientCA dynamiccertificates.CAContentProvider
+	var err error
 	if a.opts.AuditClientCAFile != "" {
-		pool, err := loadClientCA("audit", a.opts.AuditClientCAFile)
-		if err != nil {
+		if clientCA, err = a.tls.clientCAFile("audit", a.opts.AuditClientCAFile); err != nil {
 			return nil, authn, err
 		}
-		cfg.ClientCAs = pool
-		// A certificate, when given, must verify; a request without one may still carry a token.
-		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	cfg, err := a.tls.config("audit", a.serving, clientCA)
+	if err != nil {
+		return nil, authn, err
 	}
 	authn.LocalRoute, authn.CertRoutes = a.opts.ClusterName, a.opts.AuditClientCertRoutes
 	if a.opts.AuditTokenFile != "" {
@@ -482,6 +502,9 @@ func (a *App) readiness(ctx context.Context) error {
 func (a *App) Run(ctx context.Context) error {
 	// Parts that must outlive ctx until their turn in the shutdown run under bg.
 	bg := context.WithoutCancel(ctx)
+	// Certificates and client CAs are followed from the start, and until the servers stopped.
+	a.tls.Run()
+	a.life.onStop("tls", a.tls.Stop)
 	serveErr := make(chan error, 4)
 	a.serve("ops server", a.opsSrv, serveErr, func() error { return a.opsSrv.Serve(a.opsLn) })
 	if a.metricsSrv != nil {

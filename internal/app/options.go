@@ -65,9 +65,11 @@ type Options struct {
 	// MetricsInsecureAllowUnauthenticated serves /metrics without authentication or
 	// authorization (still over TLS): for a listener a sidecar or a NetworkPolicy guards.
 	MetricsInsecureAllowUnauthenticated bool
-	// TLSCertFile and TLSKeyFile are the audit listener's serving certificate (PEM).
+	// TLSCertFile and TLSKeyFile are the audit listener's serving certificate (PEM), reloaded
+	// when the files change.
 	TLSCertFile, TLSKeyFile string
-	// AuditClientCAFile verifies client certificates of apiservers (optional).
+	// AuditClientCAFile verifies client certificates of apiservers (optional); reloaded when
+	// it changes.
 	AuditClientCAFile string
 	// AuditClientCertRoutes binds verified audit client certificates, by Subject common name,
 	// to the routes they may post to; a verified certificate not listed may post to
@@ -88,7 +90,8 @@ type Options struct {
 	// TLSCertFile/TLSKeyFile.
 	AdmissionTLSCertFile, AdmissionTLSKeyFile string
 	// AdmissionClientCAFile verifies the client certificate the apiserver presents to the
-	// admission webhooks (configured in its AdmissionConfiguration). With the admission
+	// admission webhooks (configured in its AdmissionConfiguration); reloaded when it changes.
+	// With the admission
 	// listener, it or AdmissionTokenFile is required, unless
 	// AdmissionInsecureAllowUnauthenticated.
 	AdmissionClientCAFile string
