@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -71,6 +72,8 @@ type App struct {
 
 	// tls serves the listeners' certificates and client CAs, reloaded when they change.
 	tls *listenerTLS
+	// auditTokens is --audit-token-file, read again when it changes; nil without one.
+	auditTokens *audit.TokenFile
 	// serving is the audit listener's certificate; admissionServing the admission and metrics
 	// listeners' (the same unless --admission-tls-cert-file).
 	serving, admissionServing dynamiccertificates.CertKeyContentProvider
@@ -439,11 +442,29 @@ func (a *App) auditSecurity() (*tls.Config, audit.Authenticator, error) {
 	}
 	authn.LocalRoute, authn.CertRoutes = a.opts.ClusterName, a.opts.AuditClientCertRoutes
 	if a.opts.AuditTokenFile != "" {
-		if authn.Tokens, err = audit.LoadTokenFile("audit token file", a.opts.AuditTokenFile, a.opts.ClusterName); err != nil {
+		if authn.TokenFile, err = audit.OpenTokenFile("audit token file", a.opts.AuditTokenFile, a.opts.ClusterName); err != nil {
 			return nil, authn, err
 		}
+		a.auditTokens = authn.TokenFile
 	}
 	return cfg, authn, nil
+}
+
+// tokenFileCheckInterval is how often the audit token file is read again.
+var tokenFileCheckInterval = 10 * time.Second
+
+// followTokenFile reads f again every tokenFileCheckInterval until ctx ends, and logs what
+// changed: the number of tokens, or why a changed file does not load (never a token).
+func followTokenFile(ctx context.Context, f *audit.TokenFile, log *slog.Logger) {
+	wait.UntilWithContext(ctx, func(context.Context) {
+		changed, err := f.Reload()
+		switch {
+		case err != nil:
+			log.Error("the changed token file does not load; the previous tokens stay in force", "file", f.Path(), "err", err)
+		case changed:
+			log.Info("token file reloaded", "file", f.Path(), "tokens", len(f.Tokens()))
+		}
+	}, tokenFileCheckInterval)
 }
 
 func (a *App) restConfig() (*rest.Config, error) {
@@ -505,6 +526,15 @@ func (a *App) Run(ctx context.Context) error {
 	// Certificates and client CAs are followed from the start, and until the servers stopped.
 	a.tls.Run()
 	a.life.onStop("tls", a.tls.Stop)
+	if a.auditTokens != nil {
+		tokensCtx, stopTokens := context.WithCancel(bg)
+		tokensDone := make(chan struct{})
+		go func() {
+			defer close(tokensDone)
+			followTokenFile(tokensCtx, a.auditTokens, a.log.With("component", "audit"))
+		}()
+		a.life.onStop("audit token file", func(context.Context) error { stopTokens(); <-tokensDone; return nil })
+	}
 	serveErr := make(chan error, 4)
 	a.serve("ops server", a.opsSrv, serveErr, func() error { return a.opsSrv.Serve(a.opsLn) })
 	if a.metricsSrv != nil {

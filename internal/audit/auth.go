@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // AuthMethod says how a request authenticated.
@@ -45,6 +47,9 @@ type Token struct {
 type Authenticator struct {
 	// Tokens are the accepted tokens. They are compared in constant time and never logged.
 	Tokens []Token
+	// TokenFile, when set, holds the accepted tokens instead of Tokens: those of a token
+	// file's last content that loaded.
+	TokenFile *TokenFile
 	// CertRoutes maps the Subject common name of a verified client certificate to its routes.
 	CertRoutes map[string][]string
 	// LocalRoute is the route of the cluster kubescribe runs in (--cluster-name): the route of
@@ -96,14 +101,18 @@ func (a *Authenticator) ClientCert(r *http.Request) (Caller, bool) {
 
 // AuthenticateToken identifies the caller holding token.
 func (a *Authenticator) AuthenticateToken(token []byte) (Caller, bool) {
-	if len(token) == 0 || len(a.Tokens) == 0 {
+	tokens := a.Tokens
+	if a.TokenFile != nil {
+		tokens = a.TokenFile.Tokens()
+	}
+	if len(token) == 0 || len(tokens) == 0 {
 		return Caller{}, false
 	}
 	// Compare SHA-256 digests so neither the length nor the content of an accepted token leaks
 	// through timing, and look at every token so the position of a match does not either.
 	presented := sha256.Sum256(token)
 	match, at := 0, 0
-	for i, t := range a.Tokens {
+	for i, t := range tokens {
 		want := sha256.Sum256(t.Value)
 		eq := subtle.ConstantTimeCompare(presented[:], want[:])
 		at = subtle.ConstantTimeSelect(eq, i, at)
@@ -112,7 +121,7 @@ func (a *Authenticator) AuthenticateToken(token []byte) (Caller, bool) {
 	if match != 1 {
 		return Caller{}, false
 	}
-	t := a.Tokens[at]
+	t := tokens[at]
 	return Caller{Method: AuthToken, Name: "line " + strconv.Itoa(t.Line), Routes: t.Routes}, true
 }
 
@@ -142,7 +151,13 @@ func LoadTokenFile(what, path, localRoute string) ([]Token, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unable to read %s %q: %w", what, path, err)
 	}
+	return parseTokens(what, path, localRoute, data)
+}
+
+// parseTokens reads the content data of the token file path (LoadTokenFile).
+func parseTokens(what, path, localRoute string, data []byte) ([]Token, error) {
 	var tokens []Token
+	var err error
 	seen := map[[sha256.Size]byte]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 64*1024)
@@ -176,6 +191,60 @@ func LoadTokenFile(what, path, localRoute string) ([]Token, error) {
 	}
 	return tokens, nil
 }
+
+// TokenFile is a token file read again when it changes (Reload): its tokens are those of its
+// last content that loaded. A content that does not load (a half-written update, a route that
+// is not a DNS label) leaves the previous tokens in force.
+type TokenFile struct {
+	what, path, localRoute string
+	tokens                 atomic.Pointer[[]Token]
+
+	mu sync.Mutex
+	// seen is the SHA-256 of the content last read, loaded or not: a content is parsed once.
+	seen [sha256.Size]byte
+}
+
+// OpenTokenFile loads the token file path as LoadTokenFile does, for Reload to follow.
+func OpenTokenFile(what, path, localRoute string) (*TokenFile, error) {
+	f := &TokenFile{what: what, path: path, localRoute: localRoute}
+	if _, err := f.Reload(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Tokens are the tokens in force.
+func (f *TokenFile) Tokens() []Token {
+	if p := f.tokens.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Reload reads the file again. It reports whether its tokens changed, and why a changed
+// content did not load (once per content; the error names the file and line, never a token).
+func (f *TokenFile) Reload() (changed bool, err error) {
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return false, fmt.Errorf("unable to read %s %q: %w", f.what, f.path, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sum := sha256.Sum256(data)
+	if sum == f.seen && f.tokens.Load() != nil {
+		return false, nil
+	}
+	f.seen = sum
+	tokens, err := parseTokens(f.what, f.path, f.localRoute, data)
+	if err != nil {
+		return false, err
+	}
+	f.tokens.Store(&tokens)
+	return true, nil
+}
+
+// Path is the file's path.
+func (f *TokenFile) Path() string { return f.path }
 
 var errNoTokens = errors.New("no token (one `<token> [<route>,...]` per line; blank lines and # comments are ignored)")
 

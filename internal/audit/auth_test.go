@@ -136,3 +136,53 @@ func TestCallerMayPost(t *testing.T) {
 	_, ok := zero.AuthenticateToken([]byte("anything"))
 	require.False(t, ok)
 }
+
+// TestTokenFileReload: an Authenticator following a token file accepts the tokens of its
+// current content once Reload read it; a content that does not load is reported once and the
+// previous tokens stay in force.
+func TestTokenFileReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		require.NoError(t, os.WriteFile(path+".new", []byte(s), 0o600))
+		require.NoError(t, os.Rename(path+".new", path))
+	}
+	write("old-token\n")
+	f, err := OpenTokenFile("audit token file", path, "local")
+	require.NoError(t, err)
+	a := Authenticator{LocalRoute: "local", TokenFile: f}
+	accepts := func(token string) bool { _, ok := a.AuthenticateToken([]byte(token)); return ok }
+	require.True(t, accepts("old-token"))
+
+	changed, err := f.Reload()
+	require.NoError(t, err)
+	require.False(t, changed, "an unchanged file changes nothing")
+
+	write("new-token\nold-token\ntenant-token tenant-a\n")
+	changed, err = f.Reload()
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.True(t, accepts("new-token"))
+	c, ok := a.AuthenticateToken([]byte("tenant-token"))
+	require.True(t, ok)
+	require.Equal(t, []string{"tenant-a"}, c.Routes)
+
+	write("new-token\nsecret-part Not_A_Route\n")
+	changed, err = f.Reload()
+	require.ErrorContains(t, err, "line 2")
+	require.NotContains(t, err.Error(), "secret-part")
+	require.False(t, changed)
+	require.True(t, accepts("old-token"), "a content that does not load leaves the previous tokens in force")
+	changed, err = f.Reload()
+	require.NoError(t, err, "the same content is reported once")
+	require.False(t, changed)
+
+	write("new-token\n")
+	changed, err = f.Reload()
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.True(t, accepts("new-token"))
+	require.False(t, accepts("old-token"), "a token removed from the file is refused")
+
+	_, err = OpenTokenFile("audit token file", filepath.Join(t.TempDir(), "absent"), "local")
+	require.ErrorContains(t, err, "unable to read audit token file")
+}
