@@ -72,8 +72,15 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.StringVar(&opts.OpsListenAddress, "ops-listen-address", opts.OpsListenAddress, "address of /healthz and /readyz (plain HTTP, no authentication: for kubelet probes)")
 	fs.StringVar(&opts.MetricsListenAddress, "metrics-listen-address", opts.MetricsListenAddress, "address of /metrics, over TLS with the admission serving certificate; each caller's bearer token is checked with a TokenReview and its user with a SubjectAccessReview (get on /metrics); empty disables it")
 	fs.BoolVar(&opts.MetricsInsecureAllowUnauthenticated, "metrics-insecure-allow-unauthenticated", false, "UNSAFE: serve /metrics (still over TLS) without authentication or authorization, to anyone who reaches the metrics port; for a port a NetworkPolicy or an authenticating proxy guards")
-	fs.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate of the audit endpoint (required), reloaded when it changes")
+	fs.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate of the audit endpoint (required without --tls-self-managed-secret), reloaded when it changes")
 	fs.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of the audit endpoint (required)")
+	fs.StringVar(&opts.TLSSelfManagedSecret, "tls-self-managed-secret", "", "namespace/name: kubescribe mints its own CA and serving certificate into this Secret (created if absent), renews them and serves them on every listener, instead of --tls-cert-file and --admission-tls-cert-file")
+	selfServices := fs.String("tls-self-managed-services", strings.Join(opts.TLSSelfManagedServices, ","), "comma-separated Services, in the self-managed Secret's namespace, whose names (<service>.<namespace>.svc[.cluster.local]) the self-managed certificate carries")
+	selfSANs := fs.String("tls-self-managed-extra-sans", "", "comma-separated DNS names and IP addresses the self-managed certificate carries besides the Services' names (the address an apiserver dials, say)")
+	fs.DurationVar(&opts.TLSSelfManagedValidity, "tls-self-managed-validity", opts.TLSSelfManagedValidity, "life of the self-managed serving certificate, renewed at 2/3 of it")
+	fs.DurationVar(&opts.TLSSelfManagedCAValidity, "tls-self-managed-ca-validity", opts.TLSSelfManagedCAValidity, "life of the self-managed CA (at least three times --tls-self-managed-validity); its successor joins the CA bundle at 2/3 of it")
+	selfWebhooks := fs.String("tls-self-managed-webhooks", strings.Join(opts.TLSSelfManagedWebhooks, ","), "comma-separated ValidatingWebhookConfigurations whose caBundle kubescribe keeps equal to its self-managed CA bundle")
+	fs.DurationVar(&opts.TLSSelfManagedCheckInterval, "tls-self-managed-check-interval", opts.TLSSelfManagedCheckInterval, "how often the self-managed Secret and webhook configurations are read again when no renewal is due sooner")
 	fs.StringVar(&opts.AuditClientCAFile, "audit-client-ca-file", "", "PEM CA bundle verifying apiserver client certificates, reloaded when it changes")
 	fs.StringVar(&opts.AuditTokenFile, "audit-token-file", "", "file of accepted bearer tokens, one `<token> [<route>,...]` per line; a token without routes may post to --cluster-name only")
 	var auditCertRoutes, admissionCertRoutes stringList
@@ -114,12 +121,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	if err := fs.Parse(args); err != nil {
 		return opts, nil, err
 	}
-	opts.AttributionWebhookExcludeNamespaces = nil
-	for _, ns := range strings.Split(*excludeNS, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			opts.AttributionWebhookExcludeNamespaces = append(opts.AttributionWebhookExcludeNamespaces, ns)
-		}
-	}
+	opts.AttributionWebhookExcludeNamespaces = splitList(*excludeNS)
+	opts.TLSSelfManagedServices, opts.TLSSelfManagedExtraSANs = splitList(*selfServices), splitList(*selfSANs)
+	opts.TLSSelfManagedWebhooks = splitList(*selfWebhooks)
 	if fs.NArg() > 0 {
 		return opts, nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -156,6 +160,17 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 		opts.RedisPassword = strings.TrimRight(string(b), "\r\n")
 	}
 	return opts, logger, nil
+}
+
+// splitList is the non-empty items of a comma-separated list, trimmed.
+func splitList(s string) []string {
+	var items []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
 }
 
 // stringList collects a repeatable flag.

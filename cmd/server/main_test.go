@@ -81,3 +81,31 @@ func TestParseMetricsFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, opts.MetricsListenAddress)
 }
+
+func TestParseSelfManagedTLSFlags(t *testing.T) {
+	opts, _, err := parseFlags([]string{"--redis-addr=r:6379"})
+	require.NoError(t, err)
+	require.Empty(t, opts.TLSSelfManagedSecret)
+	require.Equal(t, []string{"kubescribe-audit", "kubescribe-admission", "kubescribe-metrics"}, opts.TLSSelfManagedServices)
+	require.Equal(t, []string{"kubescribe-commitrequests"}, opts.TLSSelfManagedWebhooks)
+	require.Equal(t, 365*24*time.Hour, opts.TLSSelfManagedValidity)
+	require.Equal(t, 3650*24*time.Hour, opts.TLSSelfManagedCAValidity)
+	require.Equal(t, time.Minute, opts.TLSSelfManagedCheckInterval)
+
+	opts, _, err = parseFlags([]string{"--redis-addr=r:6379", "--tls-self-managed-secret=ks/tls", "--tls-self-managed-services=audit",
+		"--tls-self-managed-extra-sans= 10.96.0.50, kubescribe.example.com,", "--tls-self-managed-validity=720h",
+		"--tls-self-managed-ca-validity=8760h", "--tls-self-managed-webhooks=", "--tls-self-managed-check-interval=10s",
+		"--audit-token-file=tokens", "--admission-token-file=tokens"})
+	require.NoError(t, err)
+	require.NoError(t, opts.Validate())
+	require.Equal(t, "ks/tls", opts.TLSSelfManagedSecret)
+	require.Equal(t, []string{"audit"}, opts.TLSSelfManagedServices)
+	require.Equal(t, []string{"10.96.0.50", "kubescribe.example.com"}, opts.TLSSelfManagedExtraSANs)
+	require.Empty(t, opts.TLSSelfManagedWebhooks)
+	require.Equal(t, 720*time.Hour, opts.TLSSelfManagedValidity)
+	require.Equal(t, 10*time.Second, opts.TLSSelfManagedCheckInterval)
+	p, err := opts.SelfManagedPolicy()
+	require.NoError(t, err)
+	require.Equal(t, []string{"audit.ks.svc", "audit.ks.svc.cluster.local", "kubescribe.example.com"}, p.DNSNames)
+	require.Len(t, p.IPs, 1)
+}

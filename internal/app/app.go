@@ -35,6 +35,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
 	"github.com/kubescribe/kubescribe/internal/reviewhttp"
+	"github.com/kubescribe/kubescribe/internal/selftls"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -72,6 +73,9 @@ type App struct {
 
 	// tls serves the listeners' certificates and client CAs, reloaded when they change.
 	tls *listenerTLS
+	// selfTLS keeps the self-managed certificates current (--tls-self-managed-secret); nil
+	// without.
+	selfTLS *selftls.Manager
 	// auditTokens is --audit-token-file, read again when it changes; nil without one.
 	auditTokens *audit.TokenFile
 	// serving is the audit listener's certificate; admissionServing the admission and metrics
@@ -111,25 +115,25 @@ func New(opts Options) (_ *App, err error) {
 		}
 	}()
 
+	restConfig, err := a.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
 	a.tls = newListenerTLS(a.log.With("component", "tls"), opts.Registry)
-	if err := a.servingCertificates(); err != nil {
+	if err := a.servingCertificates(kube); err != nil {
 		return nil, err
 	}
 	tlsConfig, authn, err := a.auditSecurity()
 	if err != nil {
 		return nil, err
 	}
-	restConfig, err := a.restConfig()
-	if err != nil {
-		return nil, err
-	}
 	dyn, err := dynamic.NewForConfig(restConfig)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dynamic client: %w", err)
-	}
-	kube, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
 	meta, err := metadata.NewForConfig(restConfig)
 	if err != nil {
@@ -249,8 +253,11 @@ func New(opts Options) (_ *App, err error) {
 
 // servingCertificates loads the listeners' serving certificates: the audit listener's
 // (--tls-cert-file), and the admission and metrics listeners' (--admission-tls-cert-file, else
-// the audit listener's).
-func (a *App) servingCertificates() error {
+// the audit listener's); or the self-managed one, for all.
+func (a *App) servingCertificates(kube kubernetes.Interface) error {
+	if a.opts.TLSSelfManagedSecret != "" {
+		return a.selfManagedCertificates(kube)
+	}
 	var err error
 	if a.serving, err = a.tls.servingFiles("audit serving certificate", a.opts.TLSCertFile, a.opts.TLSKeyFile); err != nil {
 		return err
@@ -261,6 +268,32 @@ func (a *App) servingCertificates() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// selfManagedStartTimeout bounds how long New waits for the self-managed TLS Secret to be read
+// or created (the apiserver unreachable, say): the listeners have nothing to serve before.
+const selfManagedStartTimeout = 30 * time.Second
+
+// selfManagedCertificates brings the self-managed TLS Secret up to date, creating it when it
+// does not exist, and serves its certificate on every listener.
+func (a *App) selfManagedCertificates(kube kubernetes.Interface) error {
+	namespace, name, _ := a.opts.SelfManagedSecret() // validated
+	policy, _ := a.opts.SelfManagedPolicy()          // validated
+	m, err := selftls.New(selftls.Options{
+		Client: kube, Namespace: namespace, Name: name, Policy: policy,
+		Webhooks: a.opts.TLSSelfManagedWebhooks, CheckInterval: a.opts.TLSSelfManagedCheckInterval,
+		Logger: a.log, Registerer: a.opts.Registry,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), selfManagedStartTimeout)
+	defer cancel()
+	if err := m.Start(ctx); err != nil {
+		return fmt.Errorf("self-managed TLS (--tls-self-managed-secret %s): %w", a.opts.TLSSelfManagedSecret, err)
+	}
+	a.selfTLS, a.serving, a.admissionServing = m, m, m
 	return nil
 }
 
@@ -526,6 +559,12 @@ func (a *App) Run(ctx context.Context) error {
 	// Certificates and client CAs are followed from the start, and until the servers stopped.
 	a.tls.Run()
 	a.life.onStop("tls", a.tls.Stop)
+	if a.selfTLS != nil {
+		selfCtx, stopSelf := context.WithCancel(bg)
+		selfDone := make(chan struct{})
+		go func() { defer close(selfDone); a.selfTLS.Run(selfCtx) }()
+		a.life.onStop("self-managed TLS", func(context.Context) error { stopSelf(); <-selfDone; return nil })
+	}
 	if a.auditTokens != nil {
 		tokensCtx, stopTokens := context.WithCancel(bg)
 		tokensDone := make(chan struct{})
@@ -637,9 +676,15 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 	if o.AttributionWebhookURL == "" && o.AttributionWebhookService == "" {
 		return nil, nil
 	}
-	ca, err := os.ReadFile(o.AttributionWebhookCAFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading the attribution webhook CA bundle: %w", err)
+	var ca []byte
+	var caBundle func() []byte
+	if a.selfTLS != nil {
+		ca, caBundle = a.selfTLS.CABundle(), a.selfTLS.CABundle
+	} else {
+		var err error
+		if ca, err = os.ReadFile(o.AttributionWebhookCAFile); err != nil {
+			return nil, fmt.Errorf("reading the attribution webhook CA bundle: %w", err)
+		}
 	}
 	cc, err := admission.ClientConfig(o.AttributionWebhookURL, o.AttributionWebhookService, ca, o.ClusterName)
 	if err != nil {
@@ -654,5 +699,5 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 		}
 		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
 	}
-	return &controller.AttributionWebhookOptions{ClientConfig: cc, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
+	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
@@ -20,6 +22,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/selftls"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -68,6 +71,26 @@ type Options struct {
 	// TLSCertFile and TLSKeyFile are the audit listener's serving certificate (PEM), reloaded
 	// when the files change.
 	TLSCertFile, TLSKeyFile string
+	// TLSSelfManagedSecret, "namespace/name", makes kubescribe mint its own CA and serving
+	// certificate into that Secret, renew them and serve them on every listener
+	// (internal/selftls), instead of TLSCertFile and the admission certificate files, which
+	// must then be empty.
+	TLSSelfManagedSecret string
+	// TLSSelfManagedServices are the Services, in the Secret's namespace, whose names
+	// (<service>.<namespace>.svc and .svc.cluster.local) the self-managed certificate carries;
+	// TLSSelfManagedExtraSANs are more DNS names and IP addresses it carries (the address an
+	// apiserver dials the audit endpoint at, for example).
+	TLSSelfManagedServices, TLSSelfManagedExtraSANs []string
+	// TLSSelfManagedValidity and TLSSelfManagedCAValidity are the lives of the self-managed
+	// serving certificate and CA, each renewed at 2/3 of it.
+	TLSSelfManagedValidity, TLSSelfManagedCAValidity time.Duration
+	// TLSSelfManagedWebhooks are the ValidatingWebhookConfigurations whose caBundle kubescribe
+	// keeps equal to its self-managed CA bundle (the attribution webhook it manages follows it
+	// anyway).
+	TLSSelfManagedWebhooks []string
+	// TLSSelfManagedCheckInterval is how often the Secret and those configurations are read
+	// again when no renewal is due sooner.
+	TLSSelfManagedCheckInterval time.Duration
 	// AuditClientCAFile verifies client certificates of apiservers (optional); reloaded when
 	// it changes.
 	AuditClientCAFile string
@@ -139,7 +162,8 @@ type Options struct {
 	// AttributionWebhookURL or AttributionWebhookService (namespace/name[:port]), when one is
 	// set, make kubescribe manage the attribution ValidatingWebhookConfiguration, its rules
 	// following the watch rules in force; AttributionWebhookCAFile is then the CA bundle the
-	// apiserver verifies kubescribe's admission certificate with.
+	// apiserver verifies kubescribe's admission certificate with (with TLSSelfManagedSecret,
+	// the self-managed CA bundle instead).
 	AttributionWebhookURL, AttributionWebhookService, AttributionWebhookCAFile string
 	// AttributionWebhookExcludeNamespaces are never sent to the webhook (with kube-system):
 	// kubescribe's own namespace.
@@ -193,6 +217,12 @@ func DefaultOptions() Options {
 		FactMaxDelay:             attribution.DefaultFactMaxDelay,
 		FactClockSkew:            attribution.DefaultFactClockSkew,
 
+		TLSSelfManagedServices:      []string{"kubescribe-audit", "kubescribe-admission", "kubescribe-metrics"},
+		TLSSelfManagedValidity:      selftls.DefaultValidity,
+		TLSSelfManagedCAValidity:    selftls.DefaultCAValidity,
+		TLSSelfManagedWebhooks:      []string{authz.WebhookConfigurationName},
+		TLSSelfManagedCheckInterval: selftls.DefaultCheckInterval,
+
 		AttributionWebhookExcludeNamespaces: []string{"kubescribe"},
 		DiscoveryRefresh:                    watch.DefaultDiscoveryRefresh,
 		FactTTL:                             attribution.DefaultFactTTL,
@@ -225,8 +255,11 @@ func (o *Options) Validate() error {
 	if o.AuditListenAddress == "" || o.OpsListenAddress == "" {
 		bad("AuditListenAddress/OpsListenAddress", "must be set")
 	}
-	if o.TLSCertFile == "" || o.TLSKeyFile == "" {
-		bad("TLSCertFile/TLSKeyFile", "are required: the audit endpoint is served over TLS only")
+	if o.TLSSelfManagedSecret == "" && (o.TLSCertFile == "" || o.TLSKeyFile == "") {
+		bad("TLSCertFile/TLSKeyFile", "are required, or TLSSelfManagedSecret: the audit endpoint is served over TLS only")
+	}
+	if o.TLSSelfManagedSecret != "" {
+		o.validateSelfManaged(bad)
 	}
 	if o.AuditClientCAFile == "" && o.AuditTokenFile == "" {
 		bad("AuditClientCAFile/AuditTokenFile", "at least one is required, or no apiserver could authenticate")
@@ -300,7 +333,7 @@ func (o *Options) Validate() error {
 		switch {
 		case o.AttributionWebhookURL != "" && o.AttributionWebhookService != "":
 			bad("AttributionWebhookURL/AttributionWebhookService", "are exclusive: the apiserver reaches kubescribe one way")
-		case o.AttributionWebhookCAFile == "":
+		case o.AttributionWebhookCAFile == "" && o.TLSSelfManagedSecret == "":
 			bad("AttributionWebhookCAFile", "is required to manage the attribution webhook: the apiserver must verify kubescribe's certificate")
 		case o.AdmissionListenAddress == "":
 			bad("AttributionWebhookURL/AttributionWebhookService", "need the admission listener (AdmissionListenAddress)")
@@ -310,4 +343,60 @@ func (o *Options) Validate() error {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)
 	}
 	return errors.Join(errs...)
+}
+
+// SelfManagedSecret is TLSSelfManagedSecret's namespace and name.
+func (o *Options) SelfManagedSecret() (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(o.TLSSelfManagedSecret, "/")
+	if !ok || len(validation.IsDNS1123Label(namespace)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return "", "", fmt.Errorf("%q: want <namespace>/<name>", o.TLSSelfManagedSecret)
+	}
+	return namespace, name, nil
+}
+
+// SelfManagedPolicy is what the self-managed certificates must be: the Services' names in the
+// Secret's namespace and the extra names and addresses.
+func (o *Options) SelfManagedPolicy() (selftls.Policy, error) {
+	namespace, _, err := o.SelfManagedSecret()
+	if err != nil {
+		return selftls.Policy{}, err
+	}
+	p := selftls.Policy{DNSNames: selftls.ServiceDNSNames(namespace, o.TLSSelfManagedServices...),
+		Validity: o.TLSSelfManagedValidity, CAValidity: o.TLSSelfManagedCAValidity}
+	for _, san := range o.TLSSelfManagedExtraSANs {
+		if ip := net.ParseIP(san); ip != nil {
+			p.IPs = append(p.IPs, ip)
+		} else if len(validation.IsDNS1123Subdomain(san)) == 0 {
+			p.DNSNames = append(p.DNSNames, san)
+		} else {
+			return p, fmt.Errorf("extra SAN %q is neither an IP address nor a DNS name", san)
+		}
+	}
+	return p, p.Validate()
+}
+
+// validateSelfManaged reports what is wrong with the self-managed TLS options.
+func (o *Options) validateSelfManaged(bad func(field, format string, args ...any)) {
+	if o.TLSCertFile != "" || o.TLSKeyFile != "" || o.AdmissionTLSCertFile != "" || o.AdmissionTLSKeyFile != "" {
+		bad("TLSSelfManagedSecret", "excludes TLSCertFile, TLSKeyFile, AdmissionTLSCertFile and AdmissionTLSKeyFile: the listeners serve the self-managed certificate")
+	}
+	if o.AttributionWebhookCAFile != "" {
+		bad("TLSSelfManagedSecret", "excludes AttributionWebhookCAFile: the attribution webhook gets the self-managed CA bundle")
+	}
+	if _, err := o.SelfManagedPolicy(); err != nil {
+		bad("TLSSelfManagedSecret", "%v", err)
+	}
+	for _, s := range o.TLSSelfManagedServices {
+		if len(validation.IsDNS1123Label(s)) > 0 {
+			bad("TLSSelfManagedServices", "%q is not a Service name", s)
+		}
+	}
+	for _, w := range o.TLSSelfManagedWebhooks {
+		if len(validation.IsDNS1123Subdomain(w)) > 0 {
+			bad("TLSSelfManagedWebhooks", "%q is not a ValidatingWebhookConfiguration name", w)
+		}
+	}
+	if o.TLSSelfManagedCheckInterval <= 0 {
+		bad("TLSSelfManagedCheckInterval", "must be positive, got %s", o.TLSSelfManagedCheckInterval)
+	}
 }

@@ -69,6 +69,31 @@ func TestValidate(t *testing.T) {
 			o.AttributionWebhookService, o.AttributionWebhookURL, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "https://h", "ca.crt"
 		}, wantErr: "are exclusive"},
 		{name: "managed webhook without CA", mutate: func(o *Options) { o.AttributionWebhookURL = "https://h" }, wantErr: "AttributionWebhookCAFile is required"},
+		{name: "self-managed TLS", mutate: func(o *Options) {
+			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/kubescribe-self-managed-tls"
+			o.TLSSelfManagedExtraSANs = []string{"10.96.0.50", "kubescribe.example.com"}
+			o.AttributionWebhookService = "kubescribe/kubescribe-admission"
+		}},
+		{name: "self-managed TLS and certificate files", mutate: func(o *Options) { o.TLSSelfManagedSecret = "kubescribe/tls" },
+			wantErr: "TLSSelfManagedSecret excludes TLSCertFile"},
+		{name: "self-managed TLS and a webhook CA file", mutate: func(o *Options) {
+			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/tls"
+			o.AttributionWebhookService, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "ca.crt"
+		}, wantErr: "excludes AttributionWebhookCAFile"},
+		{name: "self-managed Secret without namespace", mutate: func(o *Options) { o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "tls" },
+			wantErr: `"tls": want <namespace>/<name>`},
+		{name: "self-managed bad SAN", mutate: func(o *Options) {
+			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/tls"
+			o.TLSSelfManagedExtraSANs = []string{"not a name"}
+		}, wantErr: `extra SAN "not a name" is neither`},
+		{name: "self-managed CA too short", mutate: func(o *Options) {
+			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/tls"
+			o.TLSSelfManagedCAValidity = o.TLSSelfManagedValidity
+		}, wantErr: "at least three times"},
+		{name: "self-managed bad webhook name", mutate: func(o *Options) {
+			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/tls"
+			o.TLSSelfManagedWebhooks = []string{"Not_A_Name"}
+		}, wantErr: "TLSSelfManagedWebhooks"},
 		{name: "zero admission body limit", mutate: func(o *Options) { o.AdmissionMaxBodyBytes = 0 }, wantErr: "AdmissionMaxBodyBytes"},
 		{name: "negative request ttl", mutate: func(o *Options) { o.CommitRequestTTL = -time.Second }, wantErr: "CommitRequestTTL"},
 	}

@@ -23,6 +23,9 @@ type AttributionWebhookOptions struct {
 	// ClientConfig is how the apiserver reaches POST /validate/attribution/<cluster>: a URL
 	// or a Service (with its path), and the CA bundle.
 	ClientConfig admissionregistrationv1.WebhookClientConfig
+	// CABundle, when set, is the CA bundle in force, asked at each sync instead of
+	// ClientConfig.CABundle: kubescribe's self-managed CA, which rotates.
+	CABundle func() []byte
 	// ExcludeNamespaces are never sent to the webhook (kube-system always is excluded):
 	// kubescribe's own namespace belongs here.
 	ExcludeNamespaces []string
@@ -90,8 +93,14 @@ func (w *attributionWebhookSync) desired() *admissionregistrationv1.ValidatingWe
 		}
 		resources = append(resources, admission.Resource{Group: k.group, Resource: k.resource, Operations: o, Scale: true})
 	}
+	cc := w.opts.ClientConfig
+	if w.opts.CABundle != nil {
+		if b := w.opts.CABundle(); len(b) > 0 {
+			cc.CABundle = b
+		}
+	}
 	return admission.WebhookConfiguration(admission.WebhookOptions{
-		ClientConfig: w.opts.ClientConfig, Resources: resources, ExcludeNamespaces: w.opts.ExcludeNamespaces,
+		ClientConfig: cc, Resources: resources, ExcludeNamespaces: w.opts.ExcludeNamespaces,
 	})
 }
 

@@ -60,6 +60,15 @@ func TestAttributionWebhookFollowsTheStreams(t *testing.T) {
 		require.Equal(t, "get", a.GetVerb())
 	}
 
+	// A CA bundle that rotates (self-managed TLS) is followed at the next sync.
+	bundle := []byte("rotated ca")
+	w.opts.CABundle = func() []byte { return bundle }
+	require.NoError(t, w.sync(ctx))
+	require.Equal(t, bundle, get().Webhooks[0].ClientConfig.CABundle)
+	bundle = []byte("rotated again")
+	require.NoError(t, w.sync(ctx))
+	require.Equal(t, bundle, get().Webhooks[0].ClientConfig.CABundle)
+
 	streams = streams[2:]
 	require.NoError(t, w.sync(ctx))
 	require.Len(t, get().Webhooks[0].Rules, 2)
