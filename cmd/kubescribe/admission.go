@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubescribe/kubescribe/internal/admission"
@@ -19,11 +22,12 @@ import (
 
 // admissionWebhookConfig prints the ValidatingWebhookConfiguration for CommitRequests, for a
 // URL or a Service, with the CA bundle that verifies kubescribe's serving certificate.
-func admissionWebhookConfig(args []string, stdout io.Writer) error {
+func admissionWebhookConfig(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("admission-webhook-config", flag.ContinueOnError)
 	rawURL := fs.String("url", "", "kubescribe's admission endpoint, e.g. https://10.0.0.5:9443/validate/commitrequests")
 	service := fs.String("service", "", "the Service in front of kubescribe, as namespace/name[:port] (port 9443 by default)")
-	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
+	var caf caFlags
+	caf.register(fs)
 	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --cluster-name goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the CommitRequest webhook serves that route only")
 	if err := fs.Parse(args); err != nil {
@@ -35,15 +39,9 @@ func admissionWebhookConfig(args []string, stdout io.Writer) error {
 	if (*rawURL == "") == (*service == "") {
 		return errors.New("exactly one of --url and --service is required")
 	}
-	if *caFile == "" {
-		return errors.New("--ca-file is required: the apiserver must verify kubescribe's certificate")
-	}
-	ca, err := os.ReadFile(*caFile)
+	ca, err := caf.load(ctx)
 	if err != nil {
 		return err
-	}
-	if !strings.Contains(string(ca), "-----BEGIN CERTIFICATE-----") {
-		return fmt.Errorf("--ca-file %s holds no PEM certificate", *caFile)
 	}
 	cc := admissionregistrationv1.WebhookClientConfig{CABundle: ca}
 	if *rawURL != "" {
@@ -93,4 +91,55 @@ func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, ro
 	}
 	reviewhttp.AddPathToken(cc, token)
 	return nil
+}
+
+// admissionClientConfig prints the kubeconfig of the apiserver's AdmissionConfiguration
+// (the ValidatingAdmissionWebhook plugin's kubeConfigFile): the credential the apiserver
+// presents to kubescribe's admission webhooks, under the user named after the host and port
+// it dials. A token is sent as a bearer token (never in a URL).
+func admissionClientConfig(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("admission-client-config", flag.ContinueOnError)
+	host := fs.String("host", "kubescribe-admission.kubescribe.svc:9443", "the webhook's host:port as the apiserver dials it (a Service's <name>.<namespace>.svc:<port>)")
+	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the apiserver presents its first token bound to --cluster-name")
+	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name")
+	certFile := fs.String("client-cert", "", "PEM client certificate the apiserver presents, signed by kubescribe's --admission-client-ca-file")
+	keyFile := fs.String("client-key", "", "PEM key of --client-cert")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if (*tokenFile == "") == (*certFile == "" && *keyFile == "") {
+		return errors.New("exactly one of --token-file and --client-cert/--client-key is required")
+	}
+	user := &clientcmdapi.AuthInfo{}
+	if *tokenFile != "" {
+		if !audit.ValidRoute(*clusterName) {
+			return fmt.Errorf("--cluster-name %q must be a DNS label", *clusterName)
+		}
+		tokens, err := audit.LoadTokenFile("admission token file", *tokenFile, *clusterName)
+		if err != nil {
+			return err
+		}
+		if user.Token = reviewhttp.TokenFor(tokens, *clusterName); user.Token == "" {
+			return fmt.Errorf("admission token file %q: no token is bound to route %q", *tokenFile, *clusterName)
+		}
+	} else {
+		var err error
+		if user.ClientCertificateData, err = os.ReadFile(*certFile); err != nil {
+			return fmt.Errorf("--client-cert: %w", err)
+		}
+		if user.ClientKeyData, err = os.ReadFile(*keyFile); err != nil {
+			return fmt.Errorf("--client-key: %w", err)
+		}
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.AuthInfos[*host] = user
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
 }

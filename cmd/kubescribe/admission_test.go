@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
@@ -80,6 +81,45 @@ func TestAdmissionWebhookConfig(t *testing.T) {
 			require.Equal(t, 1, run(append([]string{"admission-webhook-config"}, args...), &out, &errOut))
 			require.Empty(t, out.String())
 			require.Contains(t, errOut.String(), "kubescribe:")
+		})
+	}
+}
+
+// TestAdmissionClientConfig: the apiserver's AdmissionConfiguration kubeconfig names the user
+// after the webhook's host and port and carries the token bound to --cluster-name, or a client
+// certificate.
+func TestAdmissionClientConfig(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("tenant-token tenant-a\nlocal-token\n"), 0o600))
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"admission-client-config", "--token-file", tokens}, &out, &errOut), errOut.String())
+	cfg, err := clientcmd.Load(out.Bytes())
+	require.NoError(t, err)
+	require.Len(t, cfg.AuthInfos, 1)
+	require.Equal(t, "local-token", cfg.AuthInfos["kubescribe-admission.kubescribe.svc:9443"].Token)
+
+	cert, key := filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")
+	require.NoError(t, os.WriteFile(cert, []byte("cert"), 0o600))
+	require.NoError(t, os.WriteFile(key, []byte("key"), 0o600))
+	out.Reset()
+	require.Equal(t, 0, run([]string{"admission-client-config", "--host", "10.0.0.5:9443", "--client-cert", cert, "--client-key", key}, &out, &errOut), errOut.String())
+	cfg, err = clientcmd.Load(out.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, []byte("cert"), cfg.AuthInfos["10.0.0.5:9443"].ClientCertificateData)
+
+	tenantOnly := filepath.Join(dir, "routed")
+	require.NoError(t, os.WriteFile(tenantOnly, []byte("s3cr3t-value tenant-a\n"), 0o600))
+	for name, args := range map[string][]string{
+		"neither":  {},
+		"both":     {"--token-file", tokens, "--client-cert", cert, "--client-key", key},
+		"no local": {"--token-file", tenantOnly},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			require.Equal(t, 1, run(append([]string{"admission-client-config"}, args...), &out, &errOut))
+			require.Empty(t, out.String())
+			require.NotContains(t, errOut.String(), "s3cr3t")
 		})
 	}
 }

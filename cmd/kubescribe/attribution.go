@@ -1,11 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -23,11 +23,12 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // attributionWebhookConfig prints the attribution ValidatingWebhookConfiguration, for users
 // who manage it themselves (kubescribe manages it when started with
 // --attribution-webhook-url or --attribution-webhook-service).
-func attributionWebhookConfig(args []string, stdout io.Writer) error {
+func attributionWebhookConfig(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("attribution-webhook-config", flag.ContinueOnError)
 	rawURL := fs.String("url", "", "kubescribe's admission endpoint, e.g. https://10.0.0.5:9443 (the path /validate/attribution/<route> is added when none is given)")
 	service := fs.String("service", "", "the Service in front of kubescribe, as namespace/name[:port] (port 9443 by default)")
-	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
+	var caf caFlags
+	caf.register(fs)
 	route := fs.String("route", "local", "the cluster's name in kubescribe (its --cluster-name)")
 	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --route goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")
@@ -46,10 +47,7 @@ func attributionWebhookConfig(args []string, stdout io.Writer) error {
 	if len(resources) == 0 {
 		return errors.New("at least one --resource is required: the webhook sees only the watched resources")
 	}
-	if *caFile == "" {
-		return errors.New("--ca-file is required: the apiserver must verify kubescribe's certificate")
-	}
-	ca, err := os.ReadFile(*caFile)
+	ca, err := caf.load(ctx)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func TestAttributionWebhookConfig(t *testing.T) {
 		"both":            {[]string{"--ca-file", ca, "--url", "https://h", "--service", "a/b", "--resource", "configmaps"}, "exactly one of"},
 		"http":            {[]string{"--ca-file", ca, "--url", "http://h", "--resource", "configmaps"}, "want an https URL"},
 		"bad service":     {[]string{"--ca-file", ca, "--service", "nope:99999", "--resource", "configmaps"}, "port must be a number"},
-		"no ca":           {[]string{"--url", "https://h", "--resource", "configmaps"}, "--ca-file is required"},
+		"no ca":           {[]string{"--url", "https://h", "--resource", "configmaps"}, "--ca-file or --ca-from-secret is required"},
 		"not a PEM":       {[]string{"--ca-file", notPEM, "--url", "https://h", "--resource", "configmaps"}, "holds no PEM certificate"},
 		"bad route":       {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "--route", "Prod_1"}, "must be a DNS label"},
 		"extra arguments": {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "x"}, "unexpected arguments"},

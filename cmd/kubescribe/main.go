@@ -2,6 +2,7 @@
 //
 //	kubescribe audit-policy                 the --audit-policy-file content
 //	kubescribe audit-webhook-config [flags] the --audit-webhook-config-file content
+//	kubescribe admission-client-config      the apiserver's admission webhook credential (kubeconfig)
 //	kubescribe admission-webhook-config     the CommitRequest ValidatingWebhookConfiguration
 //	kubescribe attribution-webhook-config   the attribution ValidatingWebhookConfiguration (managed clusters)
 //	kubescribe scan [--repo] DIR            may this folder become a GitTarget (pkg/manifestanalyzer)
@@ -37,11 +38,14 @@ func main() {
 const usage = `usage:
   kubescribe audit-policy
       print the audit policy for the apiserver's --audit-policy-file
-  kubescribe audit-webhook-config --url URL --ca-file FILE (--token-file FILE | --client-cert FILE --client-key FILE)
+  kubescribe audit-webhook-config --url URL (--ca-file FILE | --ca-from-secret NS/NAME [--kubeconfig FILE])
+                    [--tls-server-name NAME] (--token-file FILE | --client-cert FILE --client-key FILE)
       print the kubeconfig for the apiserver's --audit-webhook-config-file
-  kubescribe admission-webhook-config (--url URL | --service NS/NAME[:PORT]) --ca-file FILE
+  kubescribe admission-client-config [--host HOST:PORT] (--token-file FILE | --client-cert FILE --client-key FILE)
+      print the kubeconfig of the apiserver's AdmissionConfiguration: its credential for kubescribe
+  kubescribe admission-webhook-config (--url URL | --service NS/NAME[:PORT]) (--ca-file FILE | --ca-from-secret NS/NAME)
       print the ValidatingWebhookConfiguration for CommitRequests (kubectl apply -f -)
-  kubescribe attribution-webhook-config (--url URL | --service NS/NAME[:PORT]) --ca-file FILE
+  kubescribe attribution-webhook-config (--url URL | --service NS/NAME[:PORT]) (--ca-file FILE | --ca-from-secret NS/NAME)
                     --resource [GROUP/]RESOURCE[:OP,..] ... [--route NAME] [--exclude-namespace NS ...]
       print the attribution ValidatingWebhookConfiguration for clusters without audit access
   kubescribe scan [--repo] [--format text|json|yaml] DIR
@@ -82,11 +86,13 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "audit-policy":
 		_, err = stdout.Write(audit.Policy())
 	case "audit-webhook-config":
-		err = webhookConfig(args[1:], stdout)
+		err = webhookConfig(ctx, args[1:], stdout)
 	case "admission-webhook-config":
-		err = admissionWebhookConfig(args[1:], stdout)
+		err = admissionWebhookConfig(ctx, args[1:], stdout)
 	case "attribution-webhook-config":
-		err = attributionWebhookConfig(args[1:], stdout)
+		err = attributionWebhookConfig(ctx, args[1:], stdout)
+	case "admission-client-config":
+		err = admissionClientConfig(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -103,10 +109,12 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
-func webhookConfig(args []string, stdout io.Writer) error {
+func webhookConfig(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("audit-webhook-config", flag.ContinueOnError)
 	url := fs.String("url", "", "kubescribe's audit endpoint, e.g. https://kubescribe-audit.kubescribe.svc:8443/audit/local")
-	caFile := fs.String("ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
+	var ca caFlags
+	ca.register(fs)
+	serverName := fs.String("tls-server-name", "", "the name the apiserver verifies kubescribe's certificate for, when the URL's host is not one of its names (an IP such as the Service's ClusterIP), e.g. kubescribe-audit.kubescribe.svc")
 	tokenFile := fs.String("token-file", "", "kubescribe's --audit-token-file: the apiserver presents its first token bound to the URL's route")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")
 	certFile := fs.String("client-cert", "", "PEM client certificate the apiserver presents")
@@ -114,12 +122,12 @@ func webhookConfig(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := audit.WebhookConfig{URL: *url}
-	var err error
-	if *caFile == "" {
-		return errors.New("--ca-file is required: the apiserver must verify kubescribe's certificate")
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if c.CAData, err = os.ReadFile(*caFile); err != nil {
+	c := audit.WebhookConfig{URL: *url, TLSServerName: *serverName}
+	var err error
+	if c.CAData, err = ca.load(ctx); err != nil {
 		return err
 	}
 	if *tokenFile != "" {

@@ -68,6 +68,9 @@ type WebhookConfig struct {
 	URL string
 	// CAData is the PEM bundle that signs kubescribe's serving certificate.
 	CAData []byte
+	// TLSServerName, when set, is the name the apiserver verifies kubescribe's certificate
+	// for instead of the URL's host (an IP address the certificate does not name).
+	TLSServerName string
 	// Token is a bearer token kubescribe accepts (--audit-token-file). Optional when a
 	// client certificate is given.
 	Token string
@@ -92,6 +95,7 @@ func WebhookKubeconfig(c WebhookConfig) ([]byte, error) {
 	cfg.Clusters["kubescribe"] = &clientcmdapi.Cluster{
 		Server:                   c.URL,
 		CertificateAuthorityData: c.CAData,
+		TLSServerName:            c.TLSServerName,
 	}
 	cfg.AuthInfos["kube-apiserver"] = &clientcmdapi.AuthInfo{
 		Token:                 c.Token,
