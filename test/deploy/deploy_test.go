@@ -2,10 +2,6 @@ package deploy
 
 import (
 	"bytes"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/pem"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,9 +65,11 @@ func TestCRDKustomizationListsEveryCRD(t *testing.T) {
 // want is what one installation must hold beyond what every one holds (checkInstall).
 type want struct {
 	args, noArgs []string
-	// webhook: "caBundle" (copied from the kubescribe-tls Secret), "cert-manager" (injected),
-	// or "" (left out of the build).
+	// webhook: "self-managed" (its caBundle set by kubescribe at run time), "cert-manager"
+	// (injected), or "" (left out of the build).
 	webhook string
+	// selfManaged: kubescribe keeps its own certificates in a Secret (components/self-managed-tls).
+	selfManaged bool
 	// attributionRBAC: the attribution webhook's ClusterRole is in the build.
 	attributionRBAC bool
 	// redisAddr, when set, is a Redis of the installation's own: no Redis in the build.
@@ -80,22 +78,25 @@ type want struct {
 
 var overlayWants = map[string]want{
 	"quickstart": {
-		args:    []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
-		noArgs:  []string{"--audit-client-ca-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service"},
-		webhook: "caBundle",
+		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
+			"--tls-self-managed-secret=kubescribe/kubescribe-self-managed-tls", "--tls-self-managed-webhooks=kubescribe-commitrequests"},
+		noArgs:      []string{"--audit-client-ca-file", "--admission-client-ca-file", "--attribution-source", "--attribution-webhook-service", "--tls-cert-file"},
+		webhook:     "self-managed",
+		selfManaged: true,
 	},
 	"cert-manager": {
 		args: []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--audit-client-cert-routes=kube-apiserver-local=local",
 			"--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
-		noArgs:  []string{"--audit-token-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service"},
+		noArgs:  []string{"--audit-token-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service", "--tls-self-managed-secret"},
 		webhook: "cert-manager",
 	},
 	"managed": {
 		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
 			"--attribution-source=admission", "--attribution-webhook-service=kubescribe/kubescribe-admission",
-			"--attribution-webhook-ca-file=/etc/kubescribe/tls/ca.crt"},
-		noArgs:          []string{"--admission-client-ca-file", "--audit-client-ca-file"},
+			"--tls-self-managed-secret=kubescribe/kubescribe-self-managed-tls"},
+		noArgs:          []string{"--admission-client-ca-file", "--audit-client-ca-file", "--attribution-webhook-ca-file", "--tls-cert-file"},
 		attributionRBAC: true,
+		selfManaged:     true,
 	},
 }
 
@@ -236,14 +237,13 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 	// The CommitRequest webhook and its CA.
 	vwc := Find(objs, "ValidatingWebhookConfiguration", "kubescribe-commitrequests")
 	switch w.webhook {
-	case "caBundle":
+	case "self-managed":
 		require.NotNil(t, vwc)
 		hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
 		require.Len(t, hooks, 2)
 		for _, h := range hooks {
-			bundle, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
-			ca := decodeBase64(t, bundle)
-			require.Equal(t, files["/etc/kubescribe/tls/ca.crt"], ca, "the caBundle is the serving certificate's CA")
+			_, found, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
+			require.False(t, found, "kubescribe sets the caBundle; apply -k must not own it")
 			svcName, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
 			require.Contains(t, services, svcName)
 		}
@@ -261,7 +261,20 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 		require.Nil(t, vwc, "left out of this build")
 	}
 
+	// Self-managed TLS: no certificate file is mounted, and the certificate's names are the
+	// Services'.
+	if w.selfManaged {
+		require.Nil(t, Find(objs, "Secret", "kubescribe-tls"))
+		for p := range files {
+			require.False(t, strings.HasPrefix(p, "/etc/kubescribe/tls/"), "%s mounted", p)
+		}
+		require.NotNil(t, Find(objs, "Role", "kubescribe-self-managed-tls"))
+	}
+	require.Equal(t, w.selfManaged, Find(objs, "ClusterRole", "kubescribe-self-managed-tls") != nil)
+
 	// RBAC: least privilege in every build; the attribution webhook's rights only where asked.
+	// Secrets only in the self-managed TLS Role of kubescribe's namespace: its own Secret by
+	// name, and create (which RBAC cannot limit by name) in that namespace only.
 	require.Equal(t, w.attributionRBAC, Find(objs, "ClusterRole", "kubescribe-attribution-webhook") != nil)
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
@@ -273,7 +286,16 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 			for _, list := range [][]string{r.APIGroups, r.Resources, r.Verbs} {
 				require.NotContains(t, list, "*", "%s %s grants a wildcard", o.GetKind(), o.GetName())
 			}
-			require.NotContains(t, r.Resources, "secrets", "%s %s grants Secrets", o.GetKind(), o.GetName())
+			if !slices.Contains(r.Resources, "secrets") {
+				continue
+			}
+			require.True(t, o.GetKind() == "Role" && o.GetName() == "kubescribe-self-managed-tls" && o.GetNamespace() == namespace,
+				"%s %s grants Secrets", o.GetKind(), o.GetName())
+			require.Equal(t, []string{"secrets"}, r.Resources)
+			if !slices.Equal(r.Verbs, []string{"create"}) {
+				require.Equal(t, []string{"kubescribe-self-managed-tls"}, r.ResourceNames, "%v on any Secret", r.Verbs)
+				require.Subset(t, []string{"get", "update"}, r.Verbs)
+			}
 		}
 	}
 }
@@ -296,23 +318,14 @@ func checkRedis(t *testing.T, objs []*unstructured.Unstructured, redis *unstruct
 	require.NotNil(t, Find(objs, "NetworkPolicy", "kubescribe-redis"))
 }
 
-// decodeBase64 decodes a []byte field as the API server does (encoding/json: line breaks are
-// ignored, kustomize wraps long values).
-func decodeBase64(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\n", "", "\r", "").Replace(s))
-	require.NoError(t, err)
-	return b
-}
-
-// TestSecretsScript: deploy/secrets.sh makes what the overlay reads, a serving certificate
-// the apiserver can verify for every Service (and the extra names asked for), an admission
-// client certificate of a CA of its own, owner-only files, and changes nothing when run again.
+// TestSecretsScript: deploy/secrets.sh makes what the overlay reads (tokens and Redis' password:
+// no certificate, kubescribe makes its own), owner-only, and changes nothing when run again; an
+// overlay that reads a certificate from secrets/ is told where certificates come from now.
 func TestSecretsScript(t *testing.T) {
 	deployDir, err := Copy(root, t.TempDir())
 	require.NoError(t, err)
 	overlay := filepath.Join(deployDir, "overlays", "quickstart")
-	require.NoError(t, MakeSecrets(deployDir, overlay, "KUBESCRIBE_EXTRA_SANS=IP:10.96.0.50,DNS:kubescribe.example.com"))
+	require.NoError(t, MakeSecrets(deployDir, overlay))
 	dir := filepath.Join(overlay, "secrets")
 
 	read := func(name string) []byte {
@@ -323,59 +336,33 @@ func TestSecretsScript(t *testing.T) {
 		require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), name)
 		return b
 	}
-	for _, token := range []string{"audit-token", "redis-password"} {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var made []string
+	for _, e := range entries {
+		made = append(made, e.Name())
+	}
+	require.ElementsMatch(t, []string{"audit-token", "admission-token", "redis-password"}, made)
+	for _, token := range made {
 		require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}\n$`), string(read(token)))
 	}
-	require.NoFileExists(t, filepath.Join(dir, "admission-token"), "the quickstart reads none")
-
-	servingCA, clientCA := pool(t, read("ca.crt")), pool(t, read("admission-client-ca.crt"))
-	serving := parseCert(t, read("tls.crt"))
-	read("tls.key")
-	for name := range services {
-		for _, dns := range []string{name + "." + namespace + ".svc", name + "." + namespace + ".svc.cluster.local"} {
-			_, err := serving.Verify(x509.VerifyOptions{DNSName: dns, Roots: servingCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-			require.NoError(t, err, dns)
-		}
-	}
-	_, err = serving.Verify(x509.VerifyOptions{DNSName: "kubescribe.example.com", Roots: servingCA})
-	require.NoError(t, err)
-	require.True(t, slices.ContainsFunc(serving.IPAddresses, func(ip net.IP) bool { return ip.Equal(net.ParseIP("10.96.0.50")) }))
-	_, err = serving.Verify(x509.VerifyOptions{Roots: servingCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	require.Error(t, err, "the serving certificate is no client certificate")
-
-	client := parseCert(t, read("admission-client.crt"))
-	read("admission-client.key")
-	require.Equal(t, "kube-apiserver", client.Subject.CommonName)
-	_, err = client.Verify(x509.VerifyOptions{Roots: clientCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	require.NoError(t, err)
-	_, err = client.Verify(x509.VerifyOptions{Roots: servingCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	require.Error(t, err, "the serving CA signs no client certificate")
+	require.NotEqual(t, read("audit-token"), read("admission-token"))
 
 	// Again: nothing changes.
 	before := map[string][]byte{}
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range entries {
-		before[e.Name()] = read(e.Name())
+	for _, name := range made {
+		before[name] = read(name)
 	}
 	require.NoError(t, MakeSecrets(deployDir, overlay))
 	for name, b := range before {
 		require.True(t, bytes.Equal(b, read(name)), name)
 	}
-}
 
-func parseCert(t *testing.T, b []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(b)
-	require.NotNil(t, block)
-	c, err := x509.ParseCertificate(block.Bytes)
-	require.NoError(t, err)
-	return c
-}
-
-func pool(t *testing.T, b []byte) *x509.CertPool {
-	t.Helper()
-	p := x509.NewCertPool()
-	require.True(t, p.AppendCertsFromPEM(b))
-	return p
+	// An overlay of one's own that still reads a certificate from secrets/.
+	own := filepath.Join(deployDir, "overlays", "own")
+	require.NoError(t, os.MkdirAll(own, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(own, "kustomization.yaml"), []byte("secretGenerator:\n  - name: kubescribe-tls\n    files: [tls.crt=secrets/tls.crt]\n"), 0o600))
+	err = MakeSecrets(deployDir, own)
+	require.ErrorContains(t, err, "does not know how to make")
+	require.ErrorContains(t, err, "self-managed-tls")
 }
