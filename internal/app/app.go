@@ -115,6 +115,14 @@ func New(opts Options) (_ *App, err error) {
 		}
 	}()
 
+	// Certificate files are read first (a typo in a path fails before anything else is
+	// tried); the self-managed certificate needs the Kubernetes client.
+	a.tls = newListenerTLS(a.log.With("component", "tls"), opts.Registry)
+	if opts.TLSSelfManagedSecret == "" {
+		if err := a.servingFiles(); err != nil {
+			return nil, err
+		}
+	}
 	restConfig, err := a.restConfig()
 	if err != nil {
 		return nil, err
@@ -123,9 +131,10 @@ func New(opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
-	a.tls = newListenerTLS(a.log.With("component", "tls"), opts.Registry)
-	if err := a.servingCertificates(kube); err != nil {
-		return nil, err
+	if opts.TLSSelfManagedSecret != "" {
+		if err := a.selfManagedCertificates(kube); err != nil {
+			return nil, err
+		}
 	}
 	tlsConfig, authn, err := a.auditSecurity()
 	if err != nil {
@@ -251,13 +260,10 @@ func New(opts Options) (_ *App, err error) {
 	return a, nil
 }
 
-// servingCertificates loads the listeners' serving certificates: the audit listener's
+// servingFiles loads the listeners' serving certificates from files: the audit listener's
 // (--tls-cert-file), and the admission and metrics listeners' (--admission-tls-cert-file, else
-// the audit listener's); or the self-managed one, for all.
-func (a *App) servingCertificates(kube kubernetes.Interface) error {
-	if a.opts.TLSSelfManagedSecret != "" {
-		return a.selfManagedCertificates(kube)
-	}
+// the audit listener's).
+func (a *App) servingFiles() error {
 	var err error
 	if a.serving, err = a.tls.servingFiles("audit serving certificate", a.opts.TLSCertFile, a.opts.TLSKeyFile); err != nil {
 		return err
