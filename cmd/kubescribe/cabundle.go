@@ -8,8 +8,10 @@ import (
 	"os"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/cert"
 
 	"github.com/kubescribe/kubescribe/internal/selftls"
 )
@@ -23,7 +25,7 @@ type caFlags struct {
 
 func (c *caFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.file, "ca-file", "", "PEM CA bundle that signed kubescribe's serving certificate")
-	fs.StringVar(&c.secret, "ca-from-secret", "", "namespace/name of kubescribe's self-managed TLS Secret (its --tls-self-managed-secret, e.g. kubescribe/kubescribe-self-managed-tls): take the CA bundle (ca.crt) from it, read with --kubeconfig")
+	fs.StringVar(&c.secret, "ca-from-secret", "", "namespace/name of the Secret of kubescribe's certificate, e.g. kubescribe/kubescribe-tls (its self-managed TLS Secret, or cert-manager's): take the CA bundle (ca.crt) from it, read with --kubeconfig")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for --ca-from-secret (default: $KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&c.context, "context", "", "kubeconfig context for --ca-from-secret (default: the current context)")
 }
@@ -48,8 +50,9 @@ func (c *caFlags) load(ctx context.Context) ([]byte, error) {
 	return nil, errors.New("--ca-file or --ca-from-secret is required: the apiserver must verify kubescribe's certificate")
 }
 
-// fromSecret reads the self-managed TLS Secret with the user's kubeconfig (which needs get on
-// it) and returns its CA bundle; nothing else of it leaves this function.
+// fromSecret reads the Secret of kubescribe's certificate with the user's kubeconfig (which
+// needs get on it) and returns its CA bundle: a self-managed TLS Secret, or a kubernetes.io/tls
+// Secret with a ca.crt (cert-manager's). Nothing else of it leaves this function.
 func (c *caFlags) fromSecret(ctx context.Context) ([]byte, error) {
 	namespace, name, ok := strings.Cut(c.secret, "/")
 	if !ok || namespace == "" || name == "" {
@@ -67,6 +70,12 @@ func (c *caFlags) fromSecret(ctx context.Context) ([]byte, error) {
 	s, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("--ca-from-secret: %w", err)
+	}
+	if s.Type == corev1.SecretTypeTLS {
+		if _, err := cert.ParseCertsPEM(s.Data[selftls.KeyCABundle]); err != nil {
+			return nil, fmt.Errorf("--ca-from-secret: the Secret %s/%s has no CA certificate in ca.crt: %w", namespace, name, err)
+		}
+		return s.Data[selftls.KeyCABundle], nil
 	}
 	return selftls.CAFromSecret(s)
 }

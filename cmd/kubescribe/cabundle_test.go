@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -58,7 +61,7 @@ func selfManagedSecret(t *testing.T) *corev1.Secret {
 	data, _, _, _, err := p.Plan(time.Now(), nil)
 	require.NoError(t, err)
 	return &corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "kubescribe-self-managed-tls"}, Type: selftls.SecretType, Data: data}
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "kubescribe-tls"}, Type: selftls.SecretType, Data: data}
 }
 
 // TestCAFromSecret: the webhook commands take the CA bundle from the self-managed TLS Secret
@@ -68,10 +71,16 @@ func selfManagedSecret(t *testing.T) *corev1.Secret {
 // serving the Secret's certificate.
 func TestCAFromSecret(t *testing.T) {
 	secret := selfManagedSecret(t)
-	foreign := &corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "kubescribe-tls"}, Type: corev1.SecretTypeTLS,
+	certManager := &corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "cert-manager-tls"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"ca.crt": secret.Data["ca.crt"], "tls.crt": secret.Data["tls.crt"], "tls.key": secret.Data["tls.key"]}}
+	noCA := &corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "no-ca"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": secret.Data["tls.crt"], "tls.key": secret.Data["tls.key"]}}
+	opaque := &corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "opaque"}, Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{"ca.crt": secret.Data["ca.crt"]}}
-	kubeconfig := fakeSecretServer(t, secret, foreign)
+	kubeconfig := fakeSecretServer(t, secret, certManager, noCA, opaque)
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("t0ken\n"), 0o600))
 	noKeys := func(out string) {
@@ -90,7 +99,7 @@ func TestCAFromSecret(t *testing.T) {
 
 	auditConfig := func(extra ...string) *rest.Config {
 		var out, errOut bytes.Buffer
-		args := append([]string{"audit-webhook-config", "--url", srv.URL + "/audit/local", "--ca-from-secret", "kubescribe/kubescribe-self-managed-tls",
+		args := append([]string{"audit-webhook-config", "--url", srv.URL + "/audit/local", "--ca-from-secret", "kubescribe/kubescribe-tls",
 			"--kubeconfig", kubeconfig, "--token-file", token}, extra...)
 		require.Equal(t, 0, run(args, &out, &errOut), errOut.String())
 		noKeys(out.String())
@@ -115,7 +124,7 @@ func TestCAFromSecret(t *testing.T) {
 
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run([]string{"admission-webhook-config", "--service", "kubescribe/kubescribe-admission",
-		"--ca-from-secret", "kubescribe/kubescribe-self-managed-tls", "--kubeconfig", kubeconfig}, &out, &errOut), errOut.String())
+		"--ca-from-secret", "kubescribe/kubescribe-tls", "--kubeconfig", kubeconfig}, &out, &errOut), errOut.String())
 	noKeys(out.String())
 	var vwc struct {
 		Webhooks []struct {
@@ -126,9 +135,16 @@ func TestCAFromSecret(t *testing.T) {
 	require.Len(t, vwc.Webhooks, 2)
 	require.Equal(t, secret.Data["ca.crt"], vwc.Webhooks[0].ClientConfig.CABundle)
 
+	// cert-manager's kubernetes.io/tls Secret serves as well.
+	out.Reset()
+	require.Equal(t, 0, run([]string{"admission-webhook-config", "--service", "kubescribe/kubescribe-admission",
+		"--ca-from-secret", "kubescribe/cert-manager-tls", "--kubeconfig", kubeconfig}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "caBundle: "+base64.StdEncoding.EncodeToString(secret.Data["ca.crt"]))
+	noKeys(out.String())
+
 	out.Reset()
 	require.Equal(t, 0, run([]string{"attribution-webhook-config", "--service", "kubescribe/kubescribe-admission", "--resource", "configmaps",
-		"--ca-from-secret", "kubescribe/kubescribe-self-managed-tls", "--kubeconfig", kubeconfig}, &out, &errOut), errOut.String())
+		"--ca-from-secret", "kubescribe/kubescribe-tls", "--kubeconfig", kubeconfig}, &out, &errOut), errOut.String())
 	require.Contains(t, out.String(), "caBundle: ")
 	noKeys(out.String())
 
@@ -136,7 +152,8 @@ func TestCAFromSecret(t *testing.T) {
 		args []string
 		err  string
 	}{
-		"foreign Secret": {[]string{"--ca-from-secret", "kubescribe/kubescribe-tls", "--kubeconfig", kubeconfig}, "not a self-managed TLS Secret"},
+		"opaque Secret":  {[]string{"--ca-from-secret", "kubescribe/opaque", "--kubeconfig", kubeconfig}, "not a self-managed TLS Secret"},
+		"TLS without CA": {[]string{"--ca-from-secret", "kubescribe/no-ca", "--kubeconfig", kubeconfig}, "has no CA certificate in ca.crt"},
 		"no Secret":      {[]string{"--ca-from-secret", "kubescribe/absent", "--kubeconfig", kubeconfig}, "--ca-from-secret: not found"},
 		"no namespace":   {[]string{"--ca-from-secret", "absent", "--kubeconfig", kubeconfig}, "want <namespace>/<name>"},
 		"both":           {[]string{"--ca-from-secret", "kubescribe/x", "--ca-file", token}, "exclusive"},
@@ -149,4 +166,22 @@ func TestCAFromSecret(t *testing.T) {
 			require.Empty(t, out.String())
 		})
 	}
+}
+
+// TestDoctorServingCASelfManaged: kubescribe doctor verifies the metrics listener with the CA
+// of the Secret --tls-self-managed-secret names when the Deployment mounts no certificate.
+func TestDoctorServingCASelfManaged(t *testing.T) {
+	secret := selfManagedSecret(t)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kubescribe", Name: "kubescribe"},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kubescribe",
+			Args: []string{"--redis-addr=$(REDIS_ADDR)", "--tls-self-managed-secret=kubescribe/kubescribe-tls"}}}}}}}
+	e := &doctorEnv{kube: kubefake.NewClientset(secret)}
+	pool, how := e.servingCA(t.Context(), dep)
+	require.NotNil(t, pool, how)
+	require.Equal(t, "verified with ca.crt of Secret kubescribe/kubescribe-tls", how)
+
+	dep.Spec.Template.Spec.Containers[0].Args = nil
+	pool, how = e.servingCA(t.Context(), dep)
+	require.Nil(t, pool)
+	require.Contains(t, how, "names no --tls-self-managed-secret")
 }

@@ -321,26 +321,36 @@ func (e *doctorEnv) metricsReaderSA(ctx context.Context) (ns, name, why string) 
 }
 
 // servingCA is the CA in ca.crt of the Secret the Deployment serves its listeners' certificate
-// from (its volume "tls"), read with the user's rights.
+// from (its volume "tls", or the Secret of --tls-self-managed-secret), read with the user's
+// rights.
 func (e *doctorEnv) servingCA(ctx context.Context, dep *appsv1.Deployment) (*x509.CertPool, string) {
-	secret := ""
+	namespace, secret := dep.Namespace, ""
 	for _, v := range dep.Spec.Template.Spec.Volumes {
 		if v.Name == "tls" && v.Secret != nil {
 			secret = v.Secret.SecretName
 		}
 	}
-	if secret == "" {
-		return nil, "not verified: the Deployment mounts no Secret as volume tls (pass --metrics-ca-file)"
+	if c := kubescribeContainer(&dep.Spec.Template.Spec); c != nil {
+		for _, a := range c.Args {
+			if ref, ok := strings.CutPrefix(a, "--tls-self-managed-secret="); ok {
+				if ns, name, ok := strings.Cut(ref, "/"); ok {
+					namespace, secret = ns, name
+				}
+			}
+		}
 	}
-	s, err := e.kube.CoreV1().Secrets(dep.Namespace).Get(ctx, secret, metav1.GetOptions{})
+	if secret == "" {
+		return nil, "not verified: the Deployment mounts no Secret as volume tls and names no --tls-self-managed-secret (pass --metrics-ca-file)"
+	}
+	s, err := e.kube.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Sprintf("not verified: reading Secret %s/%s: %v (pass --metrics-ca-file)", dep.Namespace, secret, err)
+		return nil, fmt.Sprintf("not verified: reading Secret %s/%s: %v (pass --metrics-ca-file)", namespace, secret, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
-		return nil, fmt.Sprintf("not verified: Secret %s/%s holds no ca.crt (pass --metrics-ca-file)", dep.Namespace, secret)
+		return nil, fmt.Sprintf("not verified: Secret %s/%s holds no ca.crt (pass --metrics-ca-file)", namespace, secret)
 	}
-	return pool, fmt.Sprintf("verified with ca.crt of Secret %s/%s", dep.Namespace, secret)
+	return pool, fmt.Sprintf("verified with ca.crt of Secret %s/%s", namespace, secret)
 }
 
 func kubescribeContainer(spec *corev1.PodSpec) *corev1.Container {

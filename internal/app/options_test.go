@@ -70,7 +70,7 @@ func TestValidate(t *testing.T) {
 		}, wantErr: "are exclusive"},
 		{name: "managed webhook without CA", mutate: func(o *Options) { o.AttributionWebhookURL = "https://h" }, wantErr: "AttributionWebhookCAFile is required"},
 		{name: "self-managed TLS", mutate: func(o *Options) {
-			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/kubescribe-self-managed-tls"
+			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/kubescribe-tls"
 			o.TLSSelfManagedExtraSANs = []string{"10.96.0.50", "kubescribe.example.com"}
 			o.AttributionWebhookService = "kubescribe/kubescribe-admission"
 		}},

@@ -29,7 +29,7 @@ import (
 
 const (
 	testNS     = "kubescribe"
-	testSecret = "kubescribe-self-managed-tls"
+	testSecret = "kubescribe-tls"
 	testHooks  = "kubescribe-commitrequests"
 )
 

@@ -79,7 +79,7 @@ type want struct {
 var overlayWants = map[string]want{
 	"quickstart": {
 		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
-			"--tls-self-managed-secret=kubescribe/kubescribe-self-managed-tls", "--tls-self-managed-webhooks=kubescribe-commitrequests"},
+			"--tls-self-managed-secret=kubescribe/kubescribe-tls", "--tls-self-managed-webhooks=kubescribe-commitrequests"},
 		noArgs:      []string{"--audit-client-ca-file", "--admission-client-ca-file", "--attribution-source", "--attribution-webhook-service", "--tls-cert-file"},
 		webhook:     "self-managed",
 		selfManaged: true,
@@ -93,7 +93,7 @@ var overlayWants = map[string]want{
 	"managed": {
 		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
 			"--attribution-source=admission", "--attribution-webhook-service=kubescribe/kubescribe-admission",
-			"--tls-self-managed-secret=kubescribe/kubescribe-self-managed-tls"},
+			"--tls-self-managed-secret=kubescribe/kubescribe-tls"},
 		noArgs:          []string{"--admission-client-ca-file", "--audit-client-ca-file", "--attribution-webhook-ca-file", "--tls-cert-file"},
 		attributionRBAC: true,
 		selfManaged:     true,
@@ -293,7 +293,7 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 				"%s %s grants Secrets", o.GetKind(), o.GetName())
 			require.Equal(t, []string{"secrets"}, r.Resources)
 			if !slices.Equal(r.Verbs, []string{"create"}) {
-				require.Equal(t, []string{"kubescribe-self-managed-tls"}, r.ResourceNames, "%v on any Secret", r.Verbs)
+				require.Equal(t, []string{"kubescribe-tls"}, r.ResourceNames, "%v on any Secret", r.Verbs)
 				require.Subset(t, []string{"get", "update"}, r.Verbs)
 			}
 		}

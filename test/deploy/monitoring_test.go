@@ -122,26 +122,17 @@ func checkMonitoring(t *testing.T, objs []*unstructured.Unstructured) {
 	caKey, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "key")
 	require.Equal(t, "ca.crt", caKey)
 	dep := Find(objs, "Deployment", "kubescribe")
-	_, volumes, err := Container(dep, "kubescribe")
+	c, volumes, err := Container(dep, "kubescribe")
 	require.NoError(t, err)
-	i := slices.IndexFunc(volumes, func(v corev1.Volume) bool { return v.Name == "tls" })
-	require.GreaterOrEqual(t, i, 0)
-	require.Equal(t, volumes[i].Secret.SecretName, caSecret, "the ServiceMonitor trusts the CA of the Secret kubescribe serves")
-	data, err := secretData(objs, caSecret)
-	require.NoError(t, err)
-	if string(data["tls.crt"]) == IssuedByCertManager {
-		cert := Find(objs, "Certificate", caSecret)
-		dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
-		require.Contains(t, dnsNames, serverName)
+	// Self-managed TLS (components/self-managed-tls): kubescribe mints the certificate into the
+	// Secret it names, for its Services' names (the metrics Service's among them).
+	if i := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--tls-self-managed-secret=") }); i >= 0 {
+		require.Equal(t, "--tls-self-managed-secret="+namespace+"/"+caSecret, c.Args[i], "the ServiceMonitor trusts the CA of the Secret kubescribe serves")
+		require.False(t, slices.ContainsFunc(c.Args, func(a string) bool {
+			return strings.HasPrefix(a, "--tls-self-managed-services=") && !strings.Contains(a, "kubescribe-metrics")
+		}), "the certificate names the metrics Service")
 	} else {
-		block, _ := pem.Decode(data["tls.crt"])
-		require.NotNil(t, block)
-		serving, err := x509.ParseCertificate(block.Bytes)
-		require.NoError(t, err)
-		roots := x509.NewCertPool()
-		require.True(t, roots.AppendCertsFromPEM(data["ca.crt"]))
-		_, err = serving.Verify(x509.VerifyOptions{DNSName: serverName, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-		require.NoError(t, err, "Prometheus verifies the serving certificate with ca.crt under %s", serverName)
+		checkServedCA(t, objs, volumes, caSecret, serverName)
 	}
 
 	// The binding gives a ServiceAccount kubescribe-metrics-reader, which grants get /metrics.
@@ -370,4 +361,29 @@ func registeredMetrics(t *testing.T) map[string][]string {
 	require.Contains(t, out, "kubescribe_audit_requests_total", "the registry was read")
 	require.Equal(t, []string{"code"}, out["kubescribe_audit_requests_total"])
 	return out
+}
+
+// checkServedCA: the Secret mounted as the Deployment's volume tls is caSecret, and its CA
+// verifies its certificate under serverName (or cert-manager issues it for that name).
+func checkServedCA(t *testing.T, objs []*unstructured.Unstructured, volumes []corev1.Volume, caSecret, serverName string) {
+	t.Helper()
+	i := slices.IndexFunc(volumes, func(v corev1.Volume) bool { return v.Name == "tls" })
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, volumes[i].Secret.SecretName, caSecret, "the ServiceMonitor trusts the CA of the Secret kubescribe serves")
+	data, err := secretData(objs, caSecret)
+	require.NoError(t, err)
+	if string(data["tls.crt"]) == IssuedByCertManager {
+		cert := Find(objs, "Certificate", caSecret)
+		dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+		require.Contains(t, dnsNames, serverName)
+	} else {
+		block, _ := pem.Decode(data["tls.crt"])
+		require.NotNil(t, block)
+		serving, err := x509.ParseCertificate(block.Bytes)
+		require.NoError(t, err)
+		roots := x509.NewCertPool()
+		require.True(t, roots.AppendCertsFromPEM(data["ca.crt"]))
+		_, err = serving.Verify(x509.VerifyOptions{DNSName: serverName, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		require.NoError(t, err, "Prometheus verifies the serving certificate with ca.crt under %s", serverName)
+	}
 }

@@ -36,7 +36,7 @@ import (
 	"github.com/kubescribe/kubescribe/test/stack"
 )
 
-const selfManagedSecret = "kubescribe-self-managed-tls"
+const selfManagedSecret = "kubescribe-tls"
 
 // selfManagedServer is kubescribe run as a process of its own with self-managed TLS.
 type selfManagedServer struct {
