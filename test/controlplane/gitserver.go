@@ -30,7 +30,7 @@ type GitServer struct {
 	CAData []byte
 
 	root      string // parent directory of the bare repositories
-	addr      string // 127.0.0.1:port
+	addr      string // ip:port
 	gitPath   string
 	logFile   *os.File
 	server    *http.Server
@@ -39,13 +39,20 @@ type GitServer struct {
 	stopOnce  sync.Once
 }
 
-// startGitServer starts the server on a fresh port, serving repositories below root and
-// appending the backend's stderr and a line per request to logPath.
+// startGitServer starts the server on a fresh port of 127.0.0.1, serving repositories below
+// root and appending the backend's stderr and a line per request to logPath.
 func startGitServer(gitPath, root, logPath string, ca *CA) (*GitServer, error) {
+	return StartGitServer(gitPath, root, logPath, ca, net.IPv4(127, 0, 0, 1))
+}
+
+// StartGitServer is a Git server listening on a fresh port of ip, with a certificate of ca for
+// ip, localhost and the loopback addresses: test/cluster's listens on the node's bridge, where
+// its Pods reach it.
+func StartGitServer(gitPath, root, logPath string, ca *CA, ip net.IP) (*GitServer, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("git server: %w", err)
 	}
-	certPEM, keyPEM, err := ca.Issue("git-server", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, false)
+	certPEM, keyPEM, err := ca.Issue("git-server", []string{"localhost"}, []net.IP{ip, net.IPv4(127, 0, 0, 1), net.IPv6loopback}, false)
 	if err != nil {
 		return nil, fmt.Errorf("git server: %w", err)
 	}
@@ -61,7 +68,7 @@ func startGitServer(gitPath, root, logPath string, ca *CA) (*GitServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("git server: open log: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("git server: listen: %w", err)
@@ -92,7 +99,7 @@ func startGitServer(gitPath, root, logPath string, ca *CA) (*GitServer, error) {
 	return g, nil
 }
 
-// URL returns the HTTPS clone URL of the repository name: https://127.0.0.1:port/<name>.git.
+// URL returns the HTTPS clone URL of the repository name: https://<ip>:port/<name>.git.
 func (g *GitServer) URL(name string) string {
 	return "https://" + g.addr + "/" + name + ".git"
 }
