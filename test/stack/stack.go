@@ -588,13 +588,17 @@ func apply(ctx context.Context, cfg *rest.Config, manifests []byte, dryRun []str
 		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 			ri = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
 		}
-		_, err = ri.Create(ctx, u, metav1.CreateOptions{DryRun: dryRun})
-		if apierrors.IsAlreadyExists(err) {
-			var cur *unstructured.Unstructured
-			if cur, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
-				u.SetResourceVersion(cur.GetResourceVersion())
-				_, err = ri.Update(ctx, u, metav1.UpdateOptions{DryRun: dryRun})
-			}
+		// An object that exists is updated: looked up first, as kubectl apply does, since a
+		// create can fail on something else before it finds the name taken (a Service's
+		// clusterIP, already allocated to the Service itself).
+		cur, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			u.SetResourceVersion(cur.GetResourceVersion())
+			_, err = ri.Update(ctx, u, metav1.UpdateOptions{DryRun: dryRun})
+		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+			// A user who may create but not read (a CommitRequest's author) creates.
+			_, err = ri.Create(ctx, u, metav1.CreateOptions{DryRun: dryRun})
 		}
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
