@@ -66,6 +66,10 @@ type Audit struct {
 	WebhookKubeconfig []byte
 	// BatchMaxWait is --audit-webhook-batch-max-wait; 0 leaves the apiserver's default (30s).
 	BatchMaxWait time.Duration
+	// AdmissionKubeconfig, when set, is the ValidatingAdmissionWebhook plugin's kubeConfigFile
+	// (the apiserver's credentials for admission webhooks), through an AdmissionConfiguration
+	// (--admission-control-config-file), as the README's step 3 writes it.
+	AdmissionKubeconfig []byte
 }
 
 // Cluster is a running node.

@@ -208,9 +208,32 @@ func (c *Cluster) apiserverArgs(audit *Audit) ([]string, error) {
 		if audit.BatchMaxWait > 0 {
 			args = append(args, "--audit-webhook-batch-max-wait="+audit.BatchMaxWait.String())
 		}
+		if audit.AdmissionKubeconfig != nil {
+			kubeconfig := filepath.Join(c.Dir, "admission.kubeconfig")
+			config := filepath.Join(c.Dir, "admission-config.yaml")
+			if err := os.WriteFile(kubeconfig, audit.AdmissionKubeconfig, 0o600); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(config, []byte(fmt.Sprintf(admissionConfiguration, kubeconfig)), 0o644); err != nil {
+				return nil, err
+			}
+			args = append(args, "--admission-control-config-file="+config)
+		}
 	}
 	return append(args, c.opts.APIServerArgs...), nil
 }
+
+// admissionConfiguration gives the ValidatingAdmissionWebhook plugin a kubeconfig (the %s):
+// the apiserver's credentials for the webhooks it calls.
+const admissionConfiguration = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: %s
+`
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
 	args, err := c.apiserverArgs(c.opts.Audit)
