@@ -40,11 +40,13 @@ func requireNode(t *testing.T) {
 }
 
 // TestNode brings a node up, runs a pod of an image built here behind a ClusterIP Service,
-// reaches it from the host, and tears the node down: Stop fails if anything is left on the
-// machine.
+// reaches it from the host, follows the README's quickstart on it (kubescribe installed with
+// deploy/overlays/quickstart, the apiserver wired to it, changes mirrored and authored, a
+// rollout restart, a CommitRequest, then the managed overlay), and tears the node down: Stop
+// fails if anything is left on the machine.
 func TestNode(t *testing.T) {
 	requireNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
 	began := time.Now()
@@ -68,13 +70,39 @@ func TestNode(t *testing.T) {
 
 	t.Run("smoke", func(t *testing.T) { smoke(ctx, t, c) })
 	logRSS(t, c)
-	t.Run("quickstart", func(t *testing.T) { quickstart(ctx, t, c) })
-	logRSS(t, c)
-	// The sink outlives the apiserver: with nobody to take its last batch, the apiserver would
-	// retry until Stop kills it.
-	sink := startAuditSink(t, c)
-	defer sink.close()
-	t.Run("audit webhook", func(t *testing.T) { auditWebhook(ctx, t, c, sink) })
+	// The README's quickstart as a user follows it, each step on what the one before left;
+	// a step that failed skips the rest.
+	dir := t.TempDir()
+	u := newUser(t, c, dir)
+	steps := []struct {
+		name string
+		f    func(context.Context, *testing.T, *user)
+	}{
+		{"quickstart", func(ctx context.Context, t *testing.T, u *user) { quickstart(ctx, t, c, dir) }},
+		{"apiserver wired", wireAPIServer},
+		{"mirror", mirror},
+		{"rollout restart", rolloutRestart},
+		{"commit request", commitRequest},
+		{"managed", managed},
+	}
+	failed := ""
+	for _, s := range steps {
+		ok := t.Run(s.name, func(t *testing.T) {
+			if failed != "" {
+				t.Skipf("step %q failed", failed)
+			}
+			defer func() {
+				if t.Failed() {
+					describePods(ctx, t, c, "kubescribe")
+				}
+			}()
+			s.f(ctx, t, u)
+		})
+		if !ok && failed == "" {
+			failed = s.name
+		}
+		logRSS(t, c)
+	}
 	// The kubelet rewrote these at its start; Start put them back, and they must stay so.
 	for _, k := range []string{"kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory"} {
 		b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/"))

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,12 +24,14 @@ import (
 const redisClusterIP = "10.96.0.20"
 
 // quickstart installs deploy/overlays/quickstart as `kubectl apply -k` would, built with
-// kustomize's library, with the image `make image` built (bin/kubescribe-image.tar, or
-// $KUBESCRIBE_IMAGE) imported and named by an images: override, Redis from BuildRedisImage,
-// credentials from deploy/secrets.sh, and waits until Redis and kubescribe are Ready, running
-// as their own ServiceAccounts. What the overlay is given besides: a PersistentVolume for
-// Redis' claim (the node has no provisioner), and the Redis address as an IP (no DNS).
-func quickstart(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+// kustomize's library in a copy of deploy/ under dir, with the image `make image` built
+// (bin/kubescribe-image.tar, or $KUBESCRIBE_IMAGE) imported and named by an images: override,
+// Redis from BuildRedisImage, credentials from deploy/secrets.sh (left in dir's copy, where the
+// later steps read them as a user reads secrets/), and waits until Redis and kubescribe are
+// Ready, running as their own ServiceAccounts. What the overlay is given besides: a
+// PersistentVolume for Redis' claim (the node has no provisioner), and the Redis address as an
+// IP (no DNS).
+func quickstart(ctx context.Context, t *testing.T, c *cluster.Cluster, dir string) {
 	root, err := cluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -56,57 +57,10 @@ func quickstart(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	images, _ := c.Images(ctx)
 	t.Logf("images imported in %s: %s", time.Since(began).Round(100*time.Millisecond), strings.Join(images, " "))
 
-	kustomization := quickstartKustomization(t, root)
-	objs, err := deploy.BuildOverlay(root, t.TempDir(), "quickstart", kustomization)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all strings.Builder
-	for _, o := range objs {
-		b, err := yaml.Marshal(o.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all.WriteString("---\n")
-		all.Write(b)
-	}
 	redisPV(ctx, t, c)
-	began = time.Now()
-	if err := stack.Apply(ctx, c.AdminConfig, []byte(all.String())); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("applied %d objects", len(objs))
+	applyOverlay(ctx, t, c, root, dir, "quickstart")
 
 	const ns = "kubescribe"
-	defer func() {
-		if t.Failed() {
-			describePods(ctx, t, c, ns)
-		}
-	}()
-	poll(ctx, t, 3*time.Minute, "StatefulSet kubescribe-redis ready", func() error {
-		s, err := c.Client.AppsV1().StatefulSets(ns).Get(ctx, "kubescribe-redis", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if s.Status.ReadyReplicas != 1 {
-			return fmt.Errorf("%d ready", s.Status.ReadyReplicas)
-		}
-		return nil
-	})
-	t.Logf("Redis Ready %s after the apply", time.Since(began).Round(100*time.Millisecond))
-	var d *appsv1.Deployment
-	poll(ctx, t, 3*time.Minute, "Deployment kubescribe available", func() error {
-		d, err = c.Client.AppsV1().Deployments(ns).Get(ctx, "kubescribe", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if d.Status.ReadyReplicas != 1 {
-			return fmt.Errorf("%d ready, conditions %v", d.Status.ReadyReplicas, d.Status.Conditions)
-		}
-		return nil
-	})
-	t.Logf("kubescribe Ready %s after the apply", time.Since(began).Round(100*time.Millisecond))
-
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubescribe"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("kubescribe's pods: %v %v", pods, err)
@@ -119,12 +73,71 @@ func quickstart(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		p.Status.ContainerStatuses[0].Image, p.Status.ContainerStatuses[0].ImageID)
 }
 
-// quickstartKustomization is deploy/overlays/quickstart's kustomization.yaml with an images:
+// applyOverlay builds deploy/overlays/<overlay> (with the test's overrides of
+// quickstartKustomization) in dir's copy of deploy/, applies it, and waits until Redis is
+// Ready and kubescribe's Deployment has rolled out.
+func applyOverlay(ctx context.Context, t *testing.T, c *cluster.Cluster, root, dir, overlay string) {
+	t.Helper()
+	kustomization := testKustomization(t, root, overlay)
+	objs, err := deploy.BuildOverlay(root, dir, overlay, kustomization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, o := range objs {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString("---\n")
+		all.Write(b)
+	}
+	began := time.Now()
+	if err := stack.Apply(ctx, c.AdminConfig, []byte(all.String())); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("applied %d objects of %s", len(objs), overlay)
+
+	const ns = "kubescribe"
+	poll(ctx, t, 3*time.Minute, "StatefulSet kubescribe-redis ready", func() error {
+		s, err := c.Client.AppsV1().StatefulSets(ns).Get(ctx, "kubescribe-redis", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s.Status.ReadyReplicas != 1 || s.Status.UpdatedReplicas != 1 || s.Status.ObservedGeneration != s.Generation {
+			return fmt.Errorf("%d ready, %d updated", s.Status.ReadyReplicas, s.Status.UpdatedReplicas)
+		}
+		return nil
+	})
+	t.Logf("Redis Ready %s after the apply", time.Since(began).Round(100*time.Millisecond))
+	waitRolledOut(ctx, t, c)
+	t.Logf("kubescribe Ready %s after the apply", time.Since(began).Round(100*time.Millisecond))
+}
+
+// waitRolledOut waits as `kubectl rollout status deployment/kubescribe` does: the newest
+// generation observed, its one replica updated and Ready, no other replica left.
+func waitRolledOut(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	poll(ctx, t, 4*time.Minute, "Deployment kubescribe rolled out", func() error {
+		d, err := c.Client.AppsV1().Deployments("kubescribe").Get(ctx, "kubescribe", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s := d.Status
+		if s.ObservedGeneration != d.Generation || s.UpdatedReplicas != 1 || s.ReadyReplicas != 1 || s.Replicas != 1 {
+			return fmt.Errorf("generation %d observed %d, %d updated, %d ready, %d in all, conditions %v",
+				d.Generation, s.ObservedGeneration, s.UpdatedReplicas, s.ReadyReplicas, s.Replicas, s.Conditions)
+		}
+		return nil
+	})
+}
+
+// testKustomization is deploy/overlays/<overlay>'s kustomization.yaml with an images:
 // override to the local images, and the Redis Service's ClusterIP fixed and given to
 // kubescribe as its Redis address.
-func quickstartKustomization(t *testing.T, root string) []byte {
+func testKustomization(t *testing.T, root, overlay string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "overlays", "quickstart", "kustomization.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "overlays", overlay, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +205,7 @@ func describePods(ctx context.Context, t *testing.T, c *cluster.Cluster, ns stri
 		t.Logf("pod %s: phase %s, conditions %+v", p.Name, p.Status.Phase, p.Status.Conditions)
 		for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 			t.Logf("  container %s: ready %v, restarts %d, state %+v, last %+v", cs.Name, cs.Ready, cs.RestartCount, cs.State, cs.LastTerminationState)
-			tail := int64(30)
+			tail := int64(80)
 			logs, err := c.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, TailLines: &tail}).DoRaw(ctx)
 			t.Logf("  log of %s: %v\n%s", cs.Name, err, logs)
 		}
