@@ -267,7 +267,8 @@ type binaries struct {
 
 // findBinaries finds the Kubernetes binaries in $KUBE_BIN_DIR, else <module root>/bin (where
 // `make node-binaries` puts them; $KUBE_APISERVER names the apiserver, as for test/controlplane),
-// etcd as $ETCD or on PATH, and Debian's containerd, ctr, runc and CNI plugins.
+// etcd as $ETCD, else the same directory's (`make etcd`'s v3.7.0), else on PATH, and Debian's
+// containerd, ctr, runc and CNI plugins.
 func findBinaries() (binaries, error) {
 	var b binaries
 	dir := os.Getenv("KUBE_BIN_DIR")
@@ -296,6 +297,9 @@ func findBinaries() (binaries, error) {
 		return b, fmt.Errorf("cluster: not built: %s (run `make node-binaries`)", strings.Join(missing, ", "))
 	}
 	b.etcd = os.Getenv("ETCD")
+	if b.etcd == "" && fileExists(filepath.Join(dir, "etcd")) {
+		b.etcd = filepath.Join(dir, "etcd")
+	}
 	for _, x := range []struct {
 		name string
 		dst  *string
