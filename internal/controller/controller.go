@@ -264,6 +264,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.broadcaster.Shutdown()
 
 	c.factory.Start(ctx.Done())
+	if c.secrets != nil && !c.secretWatchAllowed(ctx) {
+		c.secrets = nil
+	}
 	if c.secrets != nil {
 		go c.secrets.RunWithContext(ctx)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"maps"
 	"net"
 	"net/http"
@@ -731,6 +732,30 @@ func (c *Controller) newSecretWatch() (cache.SharedIndexInformer, error) {
 		return nil, err
 	}
 	return inf, nil
+}
+
+// secretWatchAllowed says whether kubescribe may list and watch Secrets cluster-wide, as its
+// metadata watch of Secrets needs. RBAC cannot grant a Secret's metadata without its data, so
+// the default install does not grant them: without this check the refused watch would log an
+// error at every retry, forever. Refused, the watch is not started and the Secrets are read at
+// each reconcile (a restart notices a later grant). When the review itself fails, the watch
+// starts as before.
+func (c *Controller) secretWatchAllowed(ctx context.Context) bool {
+	for _, verb := range []string{"list", "watch"} {
+		review, err := c.opts.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			c.log.Warn("cannot tell whether Secrets may be watched; watching their metadata", "err", err)
+			return true
+		}
+		if !review.Status.Allowed {
+			c.log.Info("not watching Secret metadata: kubescribe may not "+verb+" Secrets cluster-wide (the default install grants only get by name); "+
+				"changed credentials and kubeconfigs are read at the next periodic re-check", "recheck", "1m for a GitTarget's kubeconfig, 5m for a GitProvider's credentials")
+			return false
+		}
+	}
+	return true
 }
 
 // secretVersion is a Secret's resourceVersion as the metadata watch last saw it; "" when

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -24,11 +25,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 )
@@ -222,4 +226,43 @@ func FuzzRestConfigFromKubeconfig(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, "https", strings.ToLower(u.Scheme), "server %q", cfg.Host)
 	})
+}
+
+// The metadata watch of Secrets starts only when kubescribe may list and watch them
+// cluster-wide (the default install may not: the refused informer would log an error at every
+// retry); when the review fails, it starts as before.
+func TestSecretWatchAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		allowed map[string]bool
+		err     error
+		want    bool
+	}{
+		{"granted", map[string]bool{"list": true, "watch": true}, nil, true},
+		{"default install", map[string]bool{}, nil, false},
+		{"list only", map[string]bool{"list": true}, nil, false},
+		{"review failed", nil, errors.New("connection refused"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kube := kubefake.NewClientset()
+			var asked []string
+			kube.PrependReactor("create", "selfsubjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				review := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				attrs := review.Spec.ResourceAttributes
+				asked = append(asked, attrs.Verb+" "+attrs.Resource+" in "+attrs.Namespace+"*")
+				if tc.err != nil {
+					return true, nil, tc.err
+				}
+				review.Status.Allowed = tc.allowed[attrs.Verb]
+				return true, review, nil
+			})
+			c := &Controller{opts: Options{Kube: kube}, log: slog.New(slog.DiscardHandler)}
+			if got := c.secretWatchAllowed(context.Background()); got != tc.want {
+				t.Fatalf("allowed %v, want %v (asked %v)", got, tc.want, asked)
+			}
+			if len(asked) == 0 || asked[0] != "list secrets in *" {
+				t.Fatalf("asked %v, want list of secrets cluster-wide first", asked)
+			}
+		})
+	}
 }
