@@ -83,6 +83,7 @@ func TestNode(t *testing.T) {
 		{"mirror", mirror},
 		{"rollout restart", rolloutRestart},
 		{"commit request", commitRequest},
+		{"doctor", doctor},
 		{"managed", managed},
 	}
 	failed := ""

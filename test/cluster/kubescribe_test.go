@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -262,6 +263,52 @@ func commitRequest(ctx context.Context, t *testing.T, u *user) {
 	if want := "alice|kubescribe|Enable the new checkout\n\nRollout plan in ticket 42."; !strings.HasPrefix(got, want) {
 		t.Fatalf("the commit of feature-flags: %q, want it to begin with %q", got, want)
 	}
+}
+
+// doctor runs `kubescribe doctor` as the admin against the quickstart: it reaches the Pod's
+// ops and metrics ports through the apiserver's port-forward to the real kubelet, reads
+// /metrics with a token of a ServiceAccount bound to kubescribe-metrics-reader (Prometheus',
+// made here as a user of the monitoring component would have it), probes audit delivery with a
+// dry-run write, and must find nothing failed, each check that needs the Pod having run.
+func doctor(ctx context.Context, t *testing.T, u *user) {
+	if _, err := u.c.Client.CoreV1().ServiceAccounts("kubescribe").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-kubescribe-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubescribe-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kubescribe", Name: "prometheus"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(u.cli, "doctor", "--format", "json")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+u.c.KubeconfigPath("admin"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	began := time.Now()
+	out, err := cmd.Output()
+	var report struct {
+		Checks []struct {
+			Name, Verdict, Summary string
+		}
+		Failed int
+	}
+	if jerr := json.Unmarshal(out, &report); jerr != nil {
+		t.Fatalf("kubescribe doctor: %v, %v\n%s\n%s", err, jerr, out, stderr.Bytes())
+	}
+	for _, c := range report.Checks {
+		t.Logf("doctor: %-4s %-15s %s", c.Verdict, c.Name, c.Summary)
+		switch c.Name {
+		case "kubescribe", "redis", "audit-delivery", "rbac", "git":
+			if c.Verdict != "ok" {
+				t.Errorf("doctor's check %s: %s, want ok", c.Name, c.Verdict)
+			}
+		}
+	}
+	if err != nil || report.Failed != 0 {
+		t.Fatalf("kubescribe doctor: %v, %d failed\n%s", err, report.Failed, stderr.Bytes())
+	}
+	t.Logf("kubescribe doctor: nothing failed, in %s", time.Since(began).Round(100*time.Millisecond))
 }
 
 // managed applies deploy/overlays/managed over the quickstart, as on a cluster without audit
