@@ -53,7 +53,10 @@ func TestDeployOverlaysDryRun(t *testing.T) {
 }
 
 // installCRDs creates the CRDs of a YAML stream, waits until they are served, and deletes them
-// when the test ends: the other tests' discovery need not see them.
+// when the test ends: the other tests' discovery need not see them. The clean-up waits until
+// they are gone: a CRD deletion finishes in the background (its finalizer removes the custom
+// resources first), and a later test installing the same CRD would otherwise find the old one
+// terminating, leave it as it is, and wait for it to become Established in vain.
 func installCRDs(t *testing.T, crdClient apiextensionsclient.Interface, crdYAML []byte) {
 	t.Helper()
 	require.NoError(t, stack.Apply(context.Background(), env.AdminConfig, crdYAML))
@@ -64,6 +67,14 @@ func installCRDs(t *testing.T, crdClient apiextensionsclient.Interface, crdYAML 
 			err := crdClient.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.GetName(), metav1.DeleteOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("deleting %s: %v", crd.GetName(), err)
+			}
+		}
+		for _, crd := range crds {
+			if !poll(time.Minute, func() bool {
+				_, err := crdClient.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), crd.GetName(), metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}) {
+				t.Errorf("CRD %s still there a minute after its deletion", crd.GetName())
 			}
 		}
 	})
