@@ -37,7 +37,8 @@ func TestMonitoringComponentDryRun(t *testing.T) {
 	crdClient, err := apiextensionsclient.NewForConfig(env.AdminConfig)
 	require.NoError(t, err)
 	// The cert-manager overlay needs cert-manager's CRDs too.
-	installCRDs(t, crdClient, append(readPrometheusOperatorCRDs(t), readCertManagerCRDs(t)...))
+	installCRDs(t, crdClient, readPrometheusOperatorCRDs(t))
+	installCertManagerCRDs(t, crdClient)
 
 	builds := map[string]func(t *testing.T) ([]*unstructured.Unstructured, error){}
 	for _, overlay := range deploy.Overlays {
