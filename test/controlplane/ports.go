@@ -45,9 +45,16 @@ func FreeAddr() (string, error) {
 	return "127.0.0.1:" + strconv.Itoa(ports[0]), nil
 }
 
+// PortRangeEnv names the variable that narrows the range FreePorts picks from to "lo-hi"
+// (hi excluded), inside the default range. hack/test.sh gives each of the test processes it runs
+// at the same time a range of its own: a port one process chose, and left free for a moment (a
+// restart, kubescribe stopped for an outage), is never chosen by another.
+const PortRangeEnv = "KUBESCRIBE_TEST_PORT_RANGE"
+
 // fixedPortRange is the range [lo, hi) FreePorts picks from: the 16,384 ports below the
-// ephemeral range, above the privileged ones. It is empty when the ephemeral range starts too
-// low to leave room; FreePorts then takes what the kernel hands out.
+// ephemeral range, above the privileged ones, or the part of them PortRangeEnv names. It is
+// empty when the ephemeral range starts too low to leave room; FreePorts then takes what the
+// kernel hands out.
 func fixedPortRange() (lo, hi int) {
 	hi = 32768 // Linux's default ephemeral range is 32768-60999
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
@@ -61,5 +68,23 @@ func fixedPortRange() (lo, hi int) {
 	if hi-lo < 1024 {
 		return 0, 0
 	}
+	if l, h, ok := narrowedRange(os.Getenv(PortRangeEnv), lo, hi); ok {
+		return l, h
+	}
 	return lo, hi
+}
+
+// narrowedRange parses "lo-hi" and reports whether it is a range of at least 256 ports inside
+// [min, max). Anything else is ignored: the default range is still safe for one process.
+func narrowedRange(v string, min, max int) (lo, hi int, ok bool) {
+	a, b, found := strings.Cut(v, "-")
+	if !found {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil || lo < min || hi > max || hi-lo < 256 {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }

@@ -27,3 +27,32 @@ func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// A range given in KUBESCRIBE_TEST_PORT_RANGE narrows the default one; one outside it, too small
+// or malformed is ignored.
+func TestPortRangeEnvNarrowsTheRange(t *testing.T) {
+	t.Setenv(PortRangeEnv, "")
+	lo, hi := fixedPortRange()
+	if hi == 0 {
+		t.Skip("the ephemeral range leaves no room below it")
+	}
+	for v, want := range map[string][2]int{
+		strconv.Itoa(lo) + "-" + strconv.Itoa(lo+4096):    {lo, lo + 4096},
+		strconv.Itoa(lo+100) + "-" + strconv.Itoa(lo+200): {lo, hi},
+		strconv.Itoa(lo-1) + "-" + strconv.Itoa(lo+4096):  {lo, hi},
+		strconv.Itoa(lo) + "-" + strconv.Itoa(hi+1):       {lo, hi},
+		"1-x": {lo, hi},
+		"":    {lo, hi},
+	} {
+		t.Setenv(PortRangeEnv, v)
+		l, h := fixedPortRange()
+		require.Equal(t, want, [2]int{l, h}, "%s=%q", PortRangeEnv, v)
+	}
+	t.Setenv(PortRangeEnv, strconv.Itoa(lo+1024)+"-"+strconv.Itoa(lo+2048))
+	ports, err := FreePorts(20)
+	require.NoError(t, err)
+	for _, p := range ports {
+		require.GreaterOrEqual(t, p, lo+1024)
+		require.Less(t, p, lo+2048)
+	}
+}
