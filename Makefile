@@ -93,13 +93,11 @@ lint:
 	$(GO) vet ./...
 	cd hack/image && $(GO) vet ./...
 
-# hack/image is a module of its own: go test ./... does not reach it. Its test builds the image
-# twice and compares the digests.
-test: deps kube-apiserver etcd
-	$(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 30m ./...
-	cd hack/image && $(GO) test -count=1 -timeout 30m ./...
-	$(MAKE) --no-print-directory fuzz
-	$(MAKE) --no-print-directory cluster-test
+# test: every test: go test ./... (test/e2e in two processes), hack/image's tests (a module of
+# its own, which go test ./... does not reach: its test builds the image twice and compares the
+# digests), make fuzz and make cluster-test, side by side where they can be (hack/test.sh).
+test: deps
+	$(CONTROL_PLANE_ENV) GO=$(GO) MAKE=$(MAKE) hack/test.sh
 
 ## fuzz: every decoder of what a caller sends, fuzzed for FUZZTIME each (part of make test; the
 ## seed corpora also run in every plain go test). A crash is saved under the package's
