@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"testing"
@@ -161,6 +162,48 @@ func TestInFlightBodiesAreBounded(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(f.metrics.inFlight))
 	f.allowed(t, body)
 	require.Eventually(t, func() bool { return len(f.store.candidates()) == 2 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// A review refused 429 has its body read (and dropped) first: the connection stays open for
+// the client's retry, instead of being closed with most of a large body unread, which a client
+// still sending sees as a reset rather than the 429.
+func TestRefusedReviewKeepsTheConnection(t *testing.T) {
+	const budget = 1 << 20
+	f := newFixture(t, func(o *HandlerOptions) {
+		o.MaxBodyBytes, o.InFlightBytes, o.BodyWait = budget, budget, 200*time.Millisecond
+	}, true)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	slow, err := http.NewRequest(http.MethodPost, f.srv.URL+PathPrefix+"local", pr)
+	require.NoError(t, err)
+	go func() {
+		if resp, err := http.DefaultClient.Do(slow); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	_, err = pw.Write([]byte("{"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(f.metrics.inFlight) == budget }, 5*time.Second, 5*time.Millisecond)
+
+	c := &http.Client{Transport: &http.Transport{}}
+	post := func(body string) (status int, reused bool) {
+		req, err := http.NewRequest(http.MethodPost, f.srv.URL+PathPrefix+"local", strings.NewReader(body))
+		require.NoError(t, err)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },
+		}))
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, reused
+	}
+	large := `{"pad":"` + strings.Repeat("x", 600<<10) + `"}`
+	status, _ := post(large)
+	require.Equal(t, http.StatusTooManyRequests, status)
+	status, reused := post(large)
+	require.Equal(t, http.StatusTooManyRequests, status)
+	require.True(t, reused, "the connection of the refused review was closed")
 }
 
 func TestHandlerBudgetMustHoldTheLargestReview(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -244,6 +245,7 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
 		h.log.Debug("attribution review refused: the in-flight body budget is spent", "route", route, "contentLength", r.ContentLength,
 			"budget", h.opts.InFlightBytes)
 		w.Header().Set("Retry-After", "1")
+		discardBody(w, r, h.opts.MaxBodyBytes, h.opts.BodyWait)
 		http.Error(w, fmt.Sprintf("too many review bytes in flight (budget %d bytes); retry", h.opts.InFlightBytes), http.StatusTooManyRequests)
 		return
 	}
@@ -364,4 +366,16 @@ func (h *Handler) store(ctx context.Context, batch []Candidate) {
 		return
 	}
 	h.opts.Metrics.reviews.WithLabelValues(resultRecorded).Add(float64(len(batch)))
+}
+
+// discardBody reads and drops what is left of r's body, at most limit bytes and for at most
+// wait, through a small buffer (nothing of it is kept), before a refusal is written. A server
+// that answers without reading the body closes the connection when more than 256 KiB is left:
+// a client still sending then gets a reset instead of the answer (seen under a flood of 1 MB
+// reviews: "connection reset by peer" in place of the 429 that says "retry").
+func discardBody(w http.ResponseWriter, r *http.Request, limit int64, wait time.Duration) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(wait))
+	_, _ = io.CopyN(io.Discard, r.Body, limit)
+	_ = rc.SetReadDeadline(time.Time{})
 }
