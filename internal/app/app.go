@@ -154,7 +154,15 @@ func New(opts Options) (_ *App, err error) {
 	}
 
 	prefix, _ := keyspace.Parse(opts.RedisKeyPrefix) // validated above
-	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry)
+	var redisDial func(context.Context, string, string) (net.Conn, error)
+	if opts.RedisTLSEnabled() {
+		rt, err := a.tls.redisClientTLS(opts)
+		if err != nil {
+			return nil, err
+		}
+		redisDial = rt.dial
+	}
+	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry, redisDial)
 	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)
 	a.store.SetCandidateTTL(opts.CandidateTTL)

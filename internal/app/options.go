@@ -54,6 +54,17 @@ type Options struct {
 	RedisDB       int
 	// RedisKeyPrefix is the prefix of every key (validated by keyspace.Parse).
 	RedisKeyPrefix string
+	// RedisTLS connects to Redis (and its Sentinels) over TLS, verifying its certificate
+	// against the system roots or RedisCAFile. Any of the four below turns it on too.
+	RedisTLS bool
+	// RedisCAFile is a PEM CA bundle verifying Redis' certificate, reloaded when it changes.
+	RedisCAFile string
+	// RedisCertFile and RedisKeyFile are the client certificate and key kubescribe presents
+	// (Redis' tls-auth-clients), reloaded when they change: both or neither.
+	RedisCertFile, RedisKeyFile string
+	// RedisServerName is the name Redis' certificate must carry; empty uses the host of each
+	// address dialled (a Sentinel's, the master's it announces).
+	RedisServerName string
 
 	// AuditListenAddress serves POST /audit/{route} over TLS.
 	AuditListenAddress string
@@ -252,6 +263,12 @@ func (o *Options) Validate() error {
 	if o.RedisDB != 0 && (o.RedisCluster || strings.Contains(o.RedisAddr, ",") && o.RedisMasterName == "") {
 		bad("RedisDB", "must be 0 with Redis Cluster, which has a single database")
 	}
+	if (o.RedisCertFile == "") != (o.RedisKeyFile == "") {
+		bad("RedisCertFile/RedisKeyFile", "must be given together: a client certificate needs its key")
+	}
+	if o.RedisServerName != "" && strings.ContainsAny(o.RedisServerName, ":/ ") {
+		bad("RedisServerName", "%q must be a host name or an IP address, without a port", o.RedisServerName)
+	}
 	if o.AuditListenAddress == "" || o.OpsListenAddress == "" {
 		bad("AuditListenAddress/OpsListenAddress", "must be set")
 	}
@@ -399,4 +416,10 @@ func (o *Options) validateSelfManaged(bad func(field, format string, args ...any
 	if o.TLSSelfManagedCheckInterval <= 0 {
 		bad("TLSSelfManagedCheckInterval", "must be positive, got %s", o.TLSSelfManagedCheckInterval)
 	}
+}
+
+// RedisTLSEnabled reports whether kubescribe talks TLS to Redis: RedisTLS or any of the files or
+// the server name that only TLS uses.
+func (o Options) RedisTLSEnabled() bool {
+	return o.RedisTLS || o.RedisCAFile != "" || o.RedisCertFile != "" || o.RedisServerName != ""
 }

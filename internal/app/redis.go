@@ -31,7 +31,8 @@ const (
 // Cluster, else a single node. Connection failures, errors and latency are reported through a
 // hook on this client, so two kubescribes in one process (tests) keep their logs and metrics
 // apart; no process-global logger is installed.
-func newRedisClient(opts Options, log *slog.Logger, reg prometheus.Registerer) redis.UniversalClient {
+// dial, when not nil, dials every connection (TLS: redisTLS.dial).
+func newRedisClient(opts Options, log *slog.Logger, reg prometheus.Registerer, dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient {
 	var addrs []string
 	for _, a := range strings.Split(opts.RedisAddr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -45,6 +46,7 @@ func newRedisClient(opts Options, log *slog.Logger, reg prometheus.Registerer) r
 		Username:      opts.RedisUsername,
 		Password:      opts.RedisPassword,
 		DB:            opts.RedisDB,
+		Dialer:        dial,
 		// Smaller buffers than go-redis' defaults (32 KiB per direction on each connection,
 		// 128 KiB on each pipeline connection). Connections opened during a burst stay in the
 		// pool, idle, with their buffers: after 10,000 commits the pool held ~1.5 MB of them.

@@ -28,7 +28,7 @@ func TestRedisHookReportsFailures(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	o := validOptions()
 	o.RedisAddr = addr
-	rdb := newRedisClient(o, slog.New(slog.NewTextHandler(&logs, nil)), reg)
+	rdb := newRedisClient(o, slog.New(slog.NewTextHandler(&logs, nil)), reg, nil)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -52,7 +52,7 @@ kubescribe_redis_requests_total{kind="pipeline",result="ok"} 0
 func TestRedisClientBufferSizes(t *testing.T) {
 	o := validOptions()
 	o.RedisAddr = "127.0.0.1:1"
-	rdb := newRedisClient(o, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	rdb := newRedisClient(o, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), nil)
 	defer rdb.Close()
 	c, ok := rdb.(*redis.Client)
 	require.True(t, ok, "one address, no master name: a single-node client")
@@ -69,7 +69,7 @@ func TestRedisPoolKeepsFewIdleConnections(t *testing.T) {
 	srv := redistest.Start(t)
 	o := validOptions()
 	o.RedisAddr = srv.Options().Addr
-	rdb := newRedisClient(o, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	rdb := newRedisClient(o, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), nil)
 	defer rdb.Close()
 	ctx := context.Background()
 	const burst = 16

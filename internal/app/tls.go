@@ -30,6 +30,8 @@ type listenerTLS struct {
 	runners     []dynamiccertificates.ControllerRunner
 	controllers []*dynamiccertificates.DynamicServingCertificateController
 	expiry      *prometheus.GaugeVec
+	// clientExpiry is the expiry of each client certificate kubescribe presents (Redis').
+	clientExpiry *prometheus.GaugeVec
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -37,10 +39,14 @@ type listenerTLS struct {
 }
 
 func newListenerTLS(log *slog.Logger, reg prometheus.Registerer) *listenerTLS {
-	return &listenerTLS{log: log, expiry: promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{
+	f := promauto.With(reg)
+	return &listenerTLS{log: log, expiry: f.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubescribe_tls_serving_certificate_expiry_timestamp_seconds",
 		Help: "When the serving certificate each listener (audit, admission, metrics) serves expires, as a Unix time: it changes when a renewed certificate is loaded.",
-	}, []string{"listener"})}
+	}, []string{"listener"}), clientExpiry: f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubescribe_tls_client_certificate_expiry_timestamp_seconds",
+		Help: "When the client certificate kubescribe presents to each server (redis) expires, as a Unix time: it changes when a renewed certificate is loaded.",
+	}, []string{"client"})}
 }
 
 // servingFiles is a provider of the certificate and key in certFile and keyFile, reloaded when
@@ -61,7 +67,7 @@ func (t *listenerTLS) clientCAFile(what, path string) (dynamiccertificates.CACon
 	if err != nil {
 		return nil, fmt.Errorf("loading the %s client CA %s: %w", what, path, err)
 	}
-	l := &caLog{log: t.log.With("listener", what), content: p}
+	l := &caLog{log: t.log.With("listener", what), content: p, msg: "client CA loaded"}
 	p.AddListener(l)
 	l.Enqueue()
 	t.runners = append(t.runners, p)
@@ -83,7 +89,7 @@ func (t *listenerTLS) config(name string, serving dynamiccertificates.CertKeyCon
 		base.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	c := dynamiccertificates.NewDynamicServingCertificateController(base, clientCA, serving, nil, nil)
-	l := &certLog{log: t.log.With("listener", name), content: serving, expiry: t.expiry.WithLabelValues(name)}
+	l := &certLog{log: t.log.With("listener", name), content: serving, msg: "serving certificate loaded", expiry: t.expiry.WithLabelValues(name)}
 	serving.AddListener(l)
 	serving.AddListener(c)
 	if clientCA != nil {
@@ -122,11 +128,12 @@ func (t *listenerTLS) Stop(context.Context) error {
 	return nil
 }
 
-// certLog logs each serving certificate a listener loads (never its key) and exports its
-// expiry.
+// certLog logs each certificate a listener serves or a client presents when it is loaded (never
+// its key), with msg, and exports its expiry.
 type certLog struct {
 	log     *slog.Logger
 	content dynamiccertificates.CertKeyContentProvider
+	msg     string
 	expiry  prometheus.Gauge
 
 	mu   sync.Mutex
@@ -147,15 +154,16 @@ func (l *certLog) Enqueue() {
 	}
 	leaf := certs[0]
 	l.expiry.Set(float64(leaf.NotAfter.Unix()))
-	l.log.Info("serving certificate loaded", "component", "tls", "source", l.content.Name(), "subject", leaf.Subject.String(),
+	l.log.Info(l.msg, "component", "tls", "source", l.content.Name(), "subject", leaf.Subject.String(),
 		"dnsNames", leaf.DNSNames, "ips", leaf.IPAddresses, "serial", leaf.SerialNumber.Text(16), "issuer", leaf.Issuer.String(),
 		"notBefore", leaf.NotBefore, "notAfter", leaf.NotAfter)
 }
 
-// caLog logs each client CA bundle a listener loads.
+// caLog logs each CA bundle loaded (a listener's client CA, Redis' CA), with msg.
 type caLog struct {
 	log     *slog.Logger
 	content dynamiccertificates.CAContentProvider
+	msg     string
 }
 
 func (l *caLog) Enqueue() {
@@ -167,7 +175,7 @@ func (l *caLog) Enqueue() {
 	for _, c := range certs {
 		subjects = append(subjects, subjectAndExpiry(c))
 	}
-	l.log.Info("client CA loaded", "component", "tls", "source", l.content.Name(), "certificates", subjects)
+	l.log.Info(l.msg, "component", "tls", "source", l.content.Name(), "certificates", subjects)
 }
 
 func subjectAndExpiry(c *x509.Certificate) string {

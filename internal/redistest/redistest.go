@@ -46,3 +46,43 @@ func Start(t testing.TB) *redis.Client {
 	require.Eventually(t, func() bool { return rdb.Ping(context.Background()).Err() == nil }, 10*time.Second, 20*time.Millisecond)
 	return rdb
 }
+
+// TLSServer is the TLS of a redis-server StartTLS runs: its serving certificate and key, and
+// the CA bundle it verifies clients with, all PEM files.
+type TLSServer struct {
+	CertFile, KeyFile, CAFile string
+	// AuthClients makes Redis require a client certificate of CAFile (tls-auth-clients yes);
+	// else a client may connect without one.
+	AuthClients bool
+}
+
+// StartTLS runs a redis-server that accepts TLS only, on a free loopback port, without
+// persistence, until the test ends, and returns its address once it accepts connections. The
+// test is skipped when redis-server is not installed.
+func StartTLS(t testing.TB, s TLSServer) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (make test installs it)")
+	}
+	addr := FreeAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	auth := "optional"
+	if s.AuthClients {
+		auth = "yes"
+	}
+	cmd := exec.Command(bin, "--port", "0", "--tls-port", port, "--bind", "127.0.0.1", "--dir", t.TempDir(),
+		"--save", "", "--appendonly", "no", "--tls-cert-file", s.CertFile, "--tls-key-file", s.KeyFile,
+		"--tls-ca-cert-file", s.CAFile, "--tls-auth-clients", auth)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	return addr
+}
