@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -258,12 +260,18 @@ func (cp *ControlPlane) startRedisLocked() error {
 	_, port, _ := net.SplitHostPort(cp.RedisAddr)
 	args := []string{
 		"--port", port,
+	}
+	if t := cp.RedisTLS; t != nil {
+		args = []string{"--port", "0", "--tls-port", port, "--tls-cert-file", t.ServerCertFile, "--tls-key-file", t.ServerKeyFile,
+			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "yes"}
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--dir", filepath.Join(cp.Dir, "redis"),
-	}
+	)
 	p, err := startProcess("redis-server", filepath.Join(cp.Dir, "redis.log"), cp.redisBin, args, os.Environ(), cp.logf)
 	if err != nil {
 		return err
@@ -306,10 +314,54 @@ func apiserverReady(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-// redisPing sends PING in RESP and expects +PONG.
-func redisPing(ctx context.Context, addr string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+// issueRedisTLS writes the certificates of a TLS-only redis-server into certs/: its serving
+// certificate and the client certificate it requires, both of the control plane's CA.
+func (cp *ControlPlane) issueRedisTLS(caFile string) (*RedisTLSFiles, error) {
+	f := &RedisTLSFiles{CAFile: caFile}
+	for _, c := range []struct {
+		name              string
+		client            bool
+		certFile, keyFile *string
+	}{{"redis-server", false, &f.ServerCertFile, &f.ServerKeyFile}, {"redis-client", true, &f.CertFile, &f.KeyFile}} {
+		var certPEM, keyPEM []byte
+		var err error
+		if c.client {
+			certPEM, keyPEM, err = cp.CA.Issue(RedisTLSClientCN, nil, nil, true)
+		} else {
+			certPEM, keyPEM, err = cp.CA.Issue("redis", []string{RedisServerName}, []net.IP{net.ParseIP("127.0.0.1")}, false)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+		*c.certFile, *c.keyFile = filepath.Join(cp.Dir, "certs", c.name+".crt"), filepath.Join(cp.Dir, "certs", c.name+".key")
+		if err := os.WriteFile(*c.certFile, certPEM, 0o644); err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+		if err := os.WriteFile(*c.keyFile, keyPEM, 0o600); err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// redisPing sends PING in RESP to the control plane's redis-server (over TLS with the client
+// certificate when it has one) and expects +PONG.
+func (cp *ControlPlane) redisPing(ctx context.Context) error {
+	var conn net.Conn
+	var err error
+	if t := cp.RedisTLS; t != nil {
+		pair, perr := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if perr != nil {
+			return perr
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(cp.CA.CertPEM)
+		d := tls.Dialer{Config: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, ServerName: RedisServerName, MinVersion: tls.VersionTLS12}}
+		conn, err = d.DialContext(ctx, "tcp", cp.RedisAddr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", cp.RedisAddr)
+	}
 	if err != nil {
 		return err
 	}

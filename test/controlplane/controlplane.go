@@ -58,7 +58,23 @@ type Options struct {
 	// apiservers' audit client certificates (common name RemoteAuditCertCN(route)) are bound
 	// to them in Audit.CertRoutes, for the kubescribe under test to be configured with.
 	RemoteRoutes []string
+	// RedisTLS runs redis-server on TLS only, requiring a client certificate of the control
+	// plane's CA (tls-auth-clients yes): ControlPlane.RedisTLS has the files.
+	RedisTLS bool
 }
+
+// RedisTLSFiles are the files of a TLS-only redis-server: the CA that signed its certificate
+// (for 127.0.0.1 and RedisServerName) and the client certificate it requires.
+type RedisTLSFiles struct {
+	CAFile, CertFile, KeyFile     string // CA; the client's certificate and key
+	ServerCertFile, ServerKeyFile string
+}
+
+// RedisServerName is a DNS name the TLS redis-server's certificate carries besides 127.0.0.1.
+const RedisServerName = "redis.kubescribe.test"
+
+// RedisTLSClientCN is the common name of the client certificate of RedisTLSFiles.
+const RedisTLSClientCN = "kubescribe"
 
 // RemoteAuditCertCN is the common name of the audit client certificate of the remote cluster
 // of route.
@@ -72,6 +88,8 @@ type ControlPlane struct {
 	AdminConfig *rest.Config
 	// RedisAddr is redis-server's 127.0.0.1:port; no password.
 	RedisAddr string
+	// RedisTLS, with Options.RedisTLS, holds the files of Redis' TLS; nil for plain TCP.
+	RedisTLS *RedisTLSFiles
 	// Git is the HTTPS Git server.
 	Git *GitServer
 	// Audit says where the kubescribe under test must serve the audit webhook.
@@ -203,6 +221,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	cp.apiURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	cp.RedisAddr = "127.0.0.1:" + strconv.Itoa(redisPort)
+	if opts.RedisTLS {
+		if cp.RedisTLS, err = cp.issueRedisTLS(caFile); err != nil {
+			return nil, err
+		}
+	}
 
 	if err := cp.prepareAuditEndpoint(auditPort, opts.AuditRoute, caFile); err != nil {
 		return nil, err
@@ -239,7 +262,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if cp.api, err = cp.startAPIServer(bins.kubeAPIServer, etcdURL, apiPort); err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, cp.redis, redisReadyTimeout, func(ctx context.Context) error { return redisPing(ctx, cp.RedisAddr) }); err != nil {
+	if err := waitReady(ctx, cp.redis, redisReadyTimeout, func(ctx context.Context) error { return cp.redisPing(ctx) }); err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	logf("controlplane: redis ready at %s after %s", cp.RedisAddr, time.Since(began).Round(time.Millisecond))
@@ -366,7 +389,7 @@ func (cp *ControlPlane) StartRedis() error {
 	if err := cp.startRedisLocked(); err != nil {
 		return err
 	}
-	if err := waitReady(context.Background(), cp.redis, redisReadyTimeout, func(ctx context.Context) error { return redisPing(ctx, cp.RedisAddr) }); err != nil {
+	if err := waitReady(context.Background(), cp.redis, redisReadyTimeout, func(ctx context.Context) error { return cp.redisPing(ctx) }); err != nil {
 		return fmt.Errorf("controlplane: %w", err)
 	}
 	cp.logf("controlplane: redis restarted at %s", cp.RedisAddr)

@@ -59,6 +59,9 @@ type Options struct {
 	RemoteRoutes []string
 	// AttributionSource is kubescribe's --attribution-source; "" keeps the default (audit).
 	AttributionSource string
+	// RedisTLS runs Redis on TLS only, requiring a client certificate, and kubescribe with
+	// --redis-ca-file, --redis-cert-file, --redis-key-file and --redis-server-name for it.
+	RedisTLS bool
 }
 
 // Stack is a running control plane with kubescribe installed and running.
@@ -112,7 +115,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf, NoAuditWebhook: opts.NoAuditWebhook, RemoteRoutes: opts.RemoteRoutes})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: opts.Dir, Logf: logf, NoAuditWebhook: opts.NoAuditWebhook, RemoteRoutes: opts.RemoteRoutes,
+		RedisTLS: opts.RedisTLS})
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +195,9 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 	o.RedisAddr = cp.RedisAddr
+	if t := cp.RedisTLS; t != nil {
+		o.RedisCAFile, o.RedisCertFile, o.RedisKeyFile, o.RedisServerName = t.CAFile, t.CertFile, t.KeyFile, controlplane.RedisServerName
+	}
 	o.AuditListenAddress = cp.Audit.ListenAddr
 	o.OpsListenAddress = "127.0.0.1:0"
 	o.MetricsListenAddress = "127.0.0.1:0"
@@ -274,6 +281,10 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 		"--log-format=json", "--log-level=debug")
 	if s.AttributionSource != "" {
 		cmd.Args = append(cmd.Args, "--attribution-source="+s.AttributionSource)
+	}
+	if t := cp.RedisTLS; t != nil {
+		cmd.Args = append(cmd.Args, "--redis-ca-file="+t.CAFile, "--redis-cert-file="+t.CertFile, "--redis-key-file="+t.KeyFile,
+			"--redis-server-name="+controlplane.RedisServerName)
 	}
 	for cn, routes := range cp.Audit.CertRoutes {
 		cmd.Args = append(cmd.Args, "--audit-client-cert-routes="+cn+"="+strings.Join(routes, ","))

@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/test/stack"
+)
+
+// kubescribe against a Redis that accepts TLS only and requires a client certificate
+// (tls-auth-clients yes), configured as a user would: --redis-ca-file, --redis-cert-file,
+// --redis-key-file and --redis-server-name. The facts it stores there from the apiserver's audit
+// events still name each change's author, and a client without TLS gets nothing from Redis.
+// A stack of its own: the shared one's Redis is plain TCP.
+func TestRedisOverTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Options{Dir: t.TempDir(), Grace: testGrace, RedisTLS: true,
+		Logf: func(f string, a ...any) { t.Logf(f, a...) }})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.DumpLogs(os.Stderr, 60)
+		}
+		require.NoError(t, s.Stop())
+	})
+
+	const ns = "e2e-redis-tls"
+	m := setUpTarget(t, s, ns, "", []string{"alice", "bob"}, configMapWriters)
+	createOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
+		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
+		Spec:       v1alpha1.WatchRuleSpec{TargetRef: v1alpha1.LocalObjectReference{Name: "target"}, Rules: watchConfigMaps},
+	})
+	waitReadyOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+
+	for _, user := range []string{"alice", "bob"} {
+		c, err := kubernetes.NewForConfig(s.UserConfig(user))
+		require.NoError(t, err)
+		createConfigMaps(t, c.CoreV1().ConfigMaps(ns), "from-"+user)
+	}
+	want := map[string]string{"from-alice": "alice create", "from-bob": "bob create"}
+	require.True(t, poll(90*time.Second, func() bool {
+		if len(m.files(t)) < 2 {
+			return false
+		}
+		got := m.lastChanges(t, 0)
+		return got["from-alice"] == want["from-alice"] && got["from-bob"] == want["from-bob"]
+	}), "each ConfigMap committed by its writer: %v", m.lastChanges(t, 0))
+	requireNoCommitterChange(t, m, 0)
+	require.Positive(t, stackMetric(t, s, `kubescribe_redis_requests_total{kind="command",result="ok"}`))
+	require.Positive(t, stackMetric(t, s, `kubescribe_tls_client_certificate_expiry_timestamp_seconds{client="redis"}`))
+
+	// Plain TCP on Redis' port: no PONG, the TLS server drops what is not a handshake.
+	conn, err := net.DialTimeout("tcp", s.RedisAddr, 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, _ = io.WriteString(conn, "*1\r\n$4\r\nPING\r\n")
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	require.False(t, strings.HasPrefix(line, "+PONG"), "Redis answered plain TCP: %q", line)
+}
