@@ -172,9 +172,13 @@ func closeWhileGitIsAway(t *testing.T, m *requestMirror, user, cm, request, mess
 	awaitOpenWindow(t, m, 0)
 	env.Git.SetAvailable(false)
 	t.Cleanup(func() { env.Git.SetAvailable(true) })
+	// The gauge counts every worker's unpushed commits: the workers of earlier tests' mirrors
+	// may hold some (and, with the server away, can push none), so this request's commit is
+	// one more than there were before it.
+	unpushed := metricValue(t, "kubescribe_git_unpushed_commits")
 	require.NoError(t, submit(t, user, m.ns, request, requestSpec{target: "tenants", message: message}, false))
-	require.True(t, poll(60*time.Second, func() bool { return metricValue(t, "kubescribe_git_unpushed_commits") > 0 }),
-		"the request never closed the window")
+	require.True(t, poll(60*time.Second, func() bool { return metricValue(t, "kubescribe_git_unpushed_commits") > unpushed }),
+		"the request never closed the window (unpushed commits %v before it)", unpushed)
 }
 
 // A CommitRequest whose window was closed (its commit made, the push failing: the Git server is
