@@ -62,6 +62,9 @@ type Options struct {
 	// RedisTLS runs Redis on TLS only, requiring a client certificate, and kubescribe with
 	// --redis-ca-file, --redis-cert-file, --redis-key-file and --redis-server-name for it.
 	RedisTLS bool
+	// RedisSentinel adds a replica and a Sentinel (Stack.Sentinel) and points kubescribe at the
+	// Sentinel (--redis-addr, --redis-master-name), so that a test can fail the master over.
+	RedisSentinel bool
 }
 
 // Stack is a running control plane with kubescribe installed and running.
@@ -78,6 +81,9 @@ type Stack struct {
 	MetricsToken string
 	// LogPath is kubescribe's own log.
 	LogPath string
+	// Sentinel, with Options.RedisSentinel, is the replica and Sentinel kubescribe reaches
+	// Redis through.
+	Sentinel *controlplane.Sentinel
 	// AdmissionURL is kubescribe's CommitRequest webhook, served over TLS with the control
 	// plane's audit serving certificate (signed by its CA); its address is kept across restarts.
 	AdmissionURL string
@@ -126,6 +132,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			_ = s.Stop()
 		}
 	}()
+	if opts.RedisSentinel {
+		if s.Sentinel, err = cp.StartSentinel(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.install(ctx); err != nil {
 		return nil, fmt.Errorf("installing kubescribe: %w", err)
 	}
@@ -195,6 +206,9 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 	o.RedisAddr = cp.RedisAddr
+	if s.Sentinel != nil {
+		o.RedisAddr, o.RedisMasterName = s.Sentinel.Addr, controlplane.SentinelMasterName
+	}
 	if t := cp.RedisTLS; t != nil {
 		o.RedisCAFile, o.RedisCertFile, o.RedisKeyFile, o.RedisServerName = t.CAFile, t.CertFile, t.KeyFile, controlplane.RedisServerName
 	}
@@ -282,6 +296,9 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	if s.AttributionSource != "" {
 		cmd.Args = append(cmd.Args, "--attribution-source="+s.AttributionSource)
 	}
+	if s.Sentinel != nil {
+		cmd.Args = append(cmd.Args, "--redis-addr="+s.Sentinel.Addr, "--redis-master-name="+controlplane.SentinelMasterName)
+	}
 	if t := cp.RedisTLS; t != nil {
 		cmd.Args = append(cmd.Args, "--redis-ca-file="+t.CAFile, "--redis-cert-file="+t.CertFile, "--redis-key-file="+t.KeyFile,
 			"--redis-server-name="+controlplane.RedisServerName)
@@ -346,6 +363,9 @@ func (s *Stack) StopKubescribe() error {
 // Stop stops kubescribe gracefully, then the control plane.
 func (s *Stack) Stop() error {
 	errs := []error{s.StopKubescribe()}
+	if s.Sentinel != nil {
+		errs = append(errs, s.Sentinel.Stop())
+	}
 	if s.ControlPlane != nil {
 		errs = append(errs, s.ControlPlane.Stop())
 	}
