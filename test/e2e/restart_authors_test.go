@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -172,13 +173,21 @@ func closeWhileGitIsAway(t *testing.T, m *requestMirror, user, cm, request, mess
 	awaitOpenWindow(t, m, 0)
 	env.Git.SetAvailable(false)
 	t.Cleanup(func() { env.Git.SetAvailable(true) })
-	// The gauge counts every worker's unpushed commits: the workers of earlier tests' mirrors
-	// may hold some (and, with the server away, can push none), so this request's commit is
-	// one more than there were before it.
-	unpushed := metricValue(t, "kubescribe_git_unpushed_commits")
+	// The request's own status says when its commit is made and its push failed: the
+	// unpushed-commits gauge counts every worker's, and earlier tests' workers may add or
+	// drop some meanwhile.
 	require.NoError(t, submit(t, user, m.ns, request, requestSpec{target: "tenants", message: message}, false))
-	require.True(t, poll(60*time.Second, func() bool { return metricValue(t, "kubescribe_git_unpushed_commits") > unpushed }),
-		"the request never closed the window (unpushed commits %v before it)", unpushed)
+	var last *metav1.Condition
+	require.True(t, poll(60*time.Second, func() bool {
+		u, err := dynamicFor(t, "admin").Resource(v1alpha1.CommitRequestsResource).Namespace(m.ns).Get(context.Background(), request, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		var cr v1alpha1.CommitRequest
+		require.NoError(t, fromUnstructured(u.Object, &cr))
+		last = meta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionReady)
+		return last != nil && last.Reason == v1alpha1.ReasonProgressing && strings.Contains(last.Message, "the commit is made")
+	}), "the request never closed the window: Ready %+v", last)
 }
 
 // A CommitRequest whose window was closed (its commit made, the push failing: the Git server is
