@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -58,14 +59,47 @@ type mirror struct {
 // folder path of branch main. It waits until the WatchRule is Ready.
 func newMirror(t *testing.T, ns, path string, users []string, rules []rbacv1.PolicyRule, watch []v1alpha1.ResourceRule) *mirror {
 	t.Helper()
-	m := setUpTarget(t, env, ns, path, users, rules)
-	create(t, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
+	return newMirrorOn(t, env, ns, path, users, rules, watch)
+}
+
+// newMirrorOn is newMirror on stack s.
+func newMirrorOn(t *testing.T, s *stack.Stack, ns, path string, users []string, rules []rbacv1.PolicyRule, watch []v1alpha1.ResourceRule) *mirror {
+	t.Helper()
+	m := setUpTarget(t, s, ns, path, users, rules)
+	createOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
 		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
 		Spec:       v1alpha1.WatchRuleSpec{TargetRef: v1alpha1.LocalObjectReference{Name: "target"}, Rules: watch},
 	})
-	waitReady(t, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	waitReadyOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
 	return m
+}
+
+// startStack starts a stack of the test's own with opts (a new folder, testGrace and the test's
+// log unless opts says otherwise), waits until it is ready, and stops it when the test ends,
+// dumping its logs first if the test failed.
+func startStack(t *testing.T, opts stack.Options) *stack.Stack {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	if opts.Grace == 0 {
+		opts.Grace = testGrace
+	}
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.DumpLogs(os.Stderr, 60)
+		}
+		require.NoError(t, s.Stop())
+	})
+	return s
 }
 
 // setUpTarget creates, on stack s, namespace ns where the given users may write the given

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -26,24 +25,12 @@ import (
 // kube-apiserver refuses --runtime-config=apiregistration.k8s.io/v1=false, so kubescribe
 // reaches this one through hidingProxy, which hides the group as such a server would.
 func TestWithoutAPIRegistration(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	s, err := stack.Start(ctx, stack.Options{
-		Dir:   dir,
-		Grace: testGrace,
+	ctx := context.Background()
+	s := startStack(t, stack.Options{
 		KubescribeConfig: func(cfg *rest.Config) (*rest.Config, error) {
 			return startHidingProxy(t, cfg, "apiregistration.k8s.io")
 		},
-		Logf: t.Logf,
 	})
-	require.NoError(t, err)
-	defer func() {
-		if t.Failed() {
-			s.DumpLogs(os.Stderr, 60)
-		}
-		require.NoError(t, s.Stop())
-	}()
 
 	// The premise: through the proxy, the apiserver does not serve apiregistration.k8s.io.
 	proxied, err := startHidingProxy(t, s.UserConfig("kubescribe"), "apiregistration.k8s.io")
@@ -56,16 +43,9 @@ func TestWithoutAPIRegistration(t *testing.T) {
 	}
 
 	const ns = "e2e-no-apiregistration"
-	m := setUpTarget(t, s, ns, "", []string{"alice"}, []rbacv1.PolicyRule{
+	m := newMirrorOn(t, s, ns, "", []string{"alice"}, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "patch", "delete"}},
-	})
-	createOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
-		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
-		Spec: v1alpha1.WatchRuleSpec{TargetRef: v1alpha1.LocalObjectReference{Name: "target"},
-			Rules: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}},
-	})
-	waitReadyOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	}, []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}})
 
 	alice, err := kubernetes.NewForConfig(s.UserConfig("alice"))
 	require.NoError(t, err)

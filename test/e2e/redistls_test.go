@@ -2,19 +2,15 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/test/stack"
 )
 
@@ -24,26 +20,9 @@ import (
 // events still name each change's author, and a client without TLS gets nothing from Redis.
 // A stack of its own: the shared one's Redis is plain TCP.
 func TestRedisOverTLS(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{Dir: t.TempDir(), Grace: testGrace, RedisTLS: true,
-		Logf: func(f string, a ...any) { t.Logf(f, a...) }})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.DumpLogs(os.Stderr, 60)
-		}
-		require.NoError(t, s.Stop())
-	})
-
+	s := startStack(t, stack.Options{RedisTLS: true})
 	const ns = "e2e-redis-tls"
-	m := setUpTarget(t, s, ns, "", []string{"alice", "bob"}, configMapWriters)
-	createOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
-		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
-		Spec:       v1alpha1.WatchRuleSpec{TargetRef: v1alpha1.LocalObjectReference{Name: "target"}, Rules: watchConfigMaps},
-	})
-	waitReadyOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	m := newMirrorOn(t, s, ns, "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
 
 	for _, user := range []string{"alice", "bob"} {
 		c, err := kubernetes.NewForConfig(s.UserConfig(user))

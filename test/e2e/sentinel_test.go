@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/test/stack"
 )
@@ -28,25 +26,11 @@ import (
 func TestSentinelFailoverMidStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{Dir: t.TempDir(), Grace: testGrace, RedisSentinel: true,
-		Logf: func(f string, a ...any) { t.Logf(f, a...) }})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.DumpLogs(os.Stderr, 60)
-		}
-		require.NoError(t, s.Stop())
-	})
+	s := startStack(t, stack.Options{RedisSentinel: true})
 
 	const ns, total, failoverAt = "e2e-sentinel", 60, 20
 	users := []string{"alice", "bob"}
-	m := setUpTarget(t, s, ns, "", users, configMapWriters)
-	createOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, &v1alpha1.WatchRule{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "kubescribe.dev/v1alpha1", Kind: "WatchRule"},
-		ObjectMeta: metav1.ObjectMeta{Name: "rule", Namespace: ns},
-		Spec:       v1alpha1.WatchRuleSpec{TargetRef: v1alpha1.LocalObjectReference{Name: "target"}, Rules: watchConfigMaps},
-	})
-	waitReadyOn(t, s.AdminConfig, v1alpha1.WatchRulesResource, ns, "rule", metav1.ConditionTrue, v1alpha1.ReasonReady)
+	m := newMirrorOn(t, s, ns, "", users, configMapWriters, watchConfigMaps)
 	clients := map[string]kubernetes.Interface{}
 	for _, u := range users {
 		c, err := kubernetes.NewForConfig(s.UserConfig(u))
