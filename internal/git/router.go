@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/notify"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -180,21 +181,20 @@ type Router struct {
 	routes  map[types.NamespacedName]route
 	workers map[workerKey]*runningWorker
 	pushes  map[types.NamespacedName]pushRecord
+	// folders are the folders the targets' last pushes left, by target.
+	folders map[types.NamespacedName]FolderRecord
 	// counts holds, per target, the changes submitted and done for its current destination;
 	// guarded by countMu, which is taken after mu when both are held.
 	countMu sync.Mutex
 	counts  map[types.NamespacedName]streamCount
-	// folders are the folders the targets' last pushes left, by target.
-	folders map[types.NamespacedName]FolderRecord
 	// closes are the close requests handed to workers, by ID, until ForgetClose.
 	closes map[string]*closeState
 	// startOvers and foreignEdits count, by target, the start-overs of the branches it was
 	// routed to and the foreign edits of its folder (TargetStatus.StartOvers, ForeignEdits).
 	startOvers, foreignEdits map[types.NamespacedName]int
 
-	updMu   sync.Mutex
-	updated map[types.NamespacedName]struct{}
-	signal  chan struct{}
+	// updated holds the targets whose status changed since the controller last took them.
+	updated *notify.Set[types.NamespacedName]
 }
 
 // NewRouter returns a Router; workers start once Start was called.
@@ -211,11 +211,10 @@ func NewRouter(opts RouterOptions) *Router {
 		routes:  map[types.NamespacedName]route{},
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
-		counts:  map[types.NamespacedName]streamCount{},
 		folders: map[types.NamespacedName]FolderRecord{},
+		counts:  map[types.NamespacedName]streamCount{},
 		closes:  map[string]*closeState{},
-		updated: map[types.NamespacedName]struct{}{},
-		signal:  make(chan struct{}, 1),
+		updated: notify.NewSet[types.NamespacedName](),
 
 		startOvers:   map[types.NamespacedName]int{},
 		foreignEdits: map[types.NamespacedName]int{},
@@ -433,34 +432,12 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 
 // Updates signals that the status of some targets changed (a push landed or failed); Changed
 // then says which. Updates is never closed.
-func (r *Router) Updates() <-chan struct{} { return r.signal }
+func (r *Router) Updates() <-chan struct{} { return r.updated.C() }
 
 // Changed returns, and forgets, the targets whose status changed since the last call.
-func (r *Router) Changed() []types.NamespacedName {
-	r.updMu.Lock()
-	defer r.updMu.Unlock()
-	out := make([]types.NamespacedName, 0, len(r.updated))
-	for t := range r.updated {
-		out = append(out, t)
-	}
-	clear(r.updated)
-	return out
-}
+func (r *Router) Changed() []types.NamespacedName { return r.updated.Take() }
 
-func (r *Router) notify(targets ...types.NamespacedName) {
-	if len(targets) == 0 {
-		return
-	}
-	r.updMu.Lock()
-	for _, t := range targets {
-		r.updated[t] = struct{}{}
-	}
-	r.updMu.Unlock()
-	select {
-	case r.signal <- struct{}{}:
-	default:
-	}
-}
+func (r *Router) notify(targets ...types.NamespacedName) { r.updated.Mark(targets...) }
 
 // Deliver hands an attributed change to its target's worker. The read lock is held across
 // Submit (which never blocks): a worker is replaced or stopped only under the write lock, so a

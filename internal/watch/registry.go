@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kubescribe/kubescribe/internal/notify"
 )
 
 // StreamSpec says what one GitTarget wants of one resource of a cluster.
@@ -103,10 +105,8 @@ type Registry struct {
 	ctx      context.Context // nil before Start
 	clusters map[string]*Cluster
 
-	// signal (capacity 1) tells that some cluster's catalog changed; changed says which.
-	signal    chan struct{}
-	changedMu sync.Mutex
-	changed   map[string]bool
+	// changed holds the clusters whose catalog changed since the controller last took them.
+	changed *notify.Set[string]
 }
 
 // NewRegistry returns a Registry; informers start once Start was called.
@@ -126,31 +126,21 @@ func NewRegistry(opts RegistryOptions) (*Registry, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Registry{opts: opts, clusters: map[string]*Cluster{}, signal: make(chan struct{}, 1), changed: map[string]bool{}}, nil
+	return &Registry{opts: opts, clusters: map[string]*Cluster{}, changed: notify.NewSet[string]()}, nil
 }
 
 // Updates signals that the discovery catalog of some clusters changed, so rules resolved
 // against it may resolve differently now; Changed then says which. Updates is never closed.
-func (r *Registry) Updates() <-chan struct{} { return r.signal }
+func (r *Registry) Updates() <-chan struct{} { return r.changed.C() }
 
-// Changed returns, and forgets, the clusters whose catalog changed since the last call.
+// Changed returns, sorted, and forgets the clusters whose catalog changed since the last call.
 func (r *Registry) Changed() []string {
-	r.changedMu.Lock()
-	defer r.changedMu.Unlock()
-	out := slices.Sorted(maps.Keys(r.changed))
-	clear(r.changed)
+	out := r.changed.Take()
+	slices.Sort(out)
 	return out
 }
 
-func (r *Registry) catalogChanged(cluster string) {
-	r.changedMu.Lock()
-	r.changed[cluster] = true
-	r.changedMu.Unlock()
-	select {
-	case r.signal <- struct{}{}:
-	default:
-	}
-}
+func (r *Registry) catalogChanged(cluster string) { r.changed.Mark(cluster) }
 
 // AddCluster registers a source cluster under its audit route. The discovery client should
 // cache (a discovery.CachedDiscoveryInterface is invalidated when a resource is not found).
