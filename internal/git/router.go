@@ -160,10 +160,13 @@ type streamCount struct {
 	submitted, done int
 }
 
+// pushRecord is what the router knows of one target's last push: its commit and when it
+// landed (empty when the record only holds a folder handed over by KnowFolder), and the folder
+// it left.
 type pushRecord struct {
-	sha        string
-	time       time.Time
-	folderTree string
+	sha    string
+	time   time.Time
+	folder FolderRecord
 }
 
 // Router owns the git side of the data path: which branch worker writes each GitTarget's
@@ -180,9 +183,8 @@ type Router struct {
 	group   sync.WaitGroup
 	routes  map[types.NamespacedName]route
 	workers map[workerKey]*runningWorker
-	pushes  map[types.NamespacedName]pushRecord
-	// folders are the folders the targets' last pushes left, by target.
-	folders map[types.NamespacedName]FolderRecord
+	// pushes are the targets' last pushes, or the folders their statuses recorded.
+	pushes map[types.NamespacedName]pushRecord
 	// counts holds, per target, the changes submitted and done for its current destination;
 	// guarded by countMu, which is taken after mu when both are held.
 	countMu sync.Mutex
@@ -211,7 +213,6 @@ func NewRouter(opts RouterOptions) *Router {
 		routes:  map[types.NamespacedName]route{},
 		workers: map[workerKey]*runningWorker{},
 		pushes:  map[types.NamespacedName]pushRecord{},
-		folders: map[types.NamespacedName]FolderRecord{},
 		counts:  map[types.NamespacedName]streamCount{},
 		closes:  map[string]*closeState{},
 		updated: notify.NewSet[types.NamespacedName](),
@@ -363,7 +364,6 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 	r.setRouteLocked(target, nil)
 	if forget {
 		delete(r.pushes, target)
-		delete(r.folders, target)
 		delete(r.startOvers, target)
 		delete(r.foreignEdits, target)
 	}
@@ -378,8 +378,8 @@ func (r *Router) KnowFolder(target types.NamespacedName, rec FolderRecord) {
 	rec.Path = folderKey(rec.Path)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.folders[target]; !ok {
-		r.folders[target] = rec
+	if _, ok := r.pushes[target]; !ok {
+		r.pushes[target] = pushRecord{folder: rec}
 	}
 }
 
@@ -388,8 +388,8 @@ func (r *Router) KnowFolder(target types.NamespacedName, rec FolderRecord) {
 func (r *Router) knownFolder(k workerKey, folder string, tree plumbing.Hash) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for _, rec := range r.folders {
-		if rec.Provider == k.provider && rec.Branch == k.branch && rec.Path == folder && rec.Tree == tree.String() {
+	for _, p := range r.pushes {
+		if rec := p.folder; rec.Provider == k.provider && rec.Branch == k.branch && rec.Path == folder && rec.Tree == tree.String() {
 			return true
 		}
 	}
@@ -408,12 +408,12 @@ func (r *Router) Routed(target types.NamespacedName) bool {
 func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	r.mu.RLock()
 	rt, routed := r.routes[target]
-	push, pushed := r.pushes[target]
+	push := r.pushes[target]
 	startOvers, foreignEdits := r.startOvers[target], r.foreignEdits[target]
 	r.mu.RUnlock()
 	var st TargetStatus
-	if pushed {
-		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folderTree
+	if push.sha != "" {
+		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folder.Tree
 	}
 	st.StartOvers, st.ForeignEdits = startOvers, foreignEdits
 	if routed {
@@ -640,8 +640,8 @@ func (r *Router) onPushed(k workerKey, res PushResult) {
 	var pushedCloses []CommitInfo
 	r.mu.Lock()
 	for _, ci := range res.Commits {
-		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now, folderTree: ci.FolderTree}
-		r.folders[ci.Target] = FolderRecord{Provider: k.provider, Branch: k.branch, Path: ci.Path, Tree: ci.FolderTree}
+		r.pushes[ci.Target] = pushRecord{sha: ci.SHA, time: now,
+			folder: FolderRecord{Provider: k.provider, Branch: k.branch, Path: ci.Path, Tree: ci.FolderTree}}
 		targets = append(targets, ci.Target)
 		if cs, ok := r.closes[ci.Request]; ok && ci.Request != "" {
 			cs.result = CloseResult{Outcome: CloseCommitted, SHA: ci.SHA, Branch: cs.branch}
