@@ -318,38 +318,41 @@ func (c *Controller) Synced() bool {
 	return true
 }
 
-// followRouter refreshes the status of the targets whose pushes the router reported (a push
-// landed or failed), so it shows without waiting for the periodic re-check.
-func (c *Controller) followRouter(ctx context.Context) {
+// follow calls handle with what changed each time updates signals, until ctx ends: how the
+// controller reads back what the data path reports, without the data path calling it.
+func follow[K any](ctx context.Context, updates <-chan struct{}, changed func() []K, handle func([]K)) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.opts.Router.Updates():
-			for _, name := range c.opts.Router.Changed() {
-				c.enqueue(kindTarget, name)
-				c.enqueueReferencing(kindCommitRequest, name.Namespace, "targetRef", name.Name)
+		case <-updates:
+			if keys := changed(); len(keys) > 0 {
+				handle(keys)
 			}
 		}
 	}
+}
+
+// followRouter refreshes the status of the targets whose pushes the router reported (a push
+// landed or failed), so it shows without waiting for the periodic re-check.
+func (c *Controller) followRouter(ctx context.Context) {
+	follow(ctx, c.opts.Router.Updates(), c.opts.Router.Changed, func(targets []types.NamespacedName) {
+		for _, name := range targets {
+			c.enqueue(kindTarget, name)
+			c.enqueueReferencing(kindCommitRequest, name.Namespace, "targetRef", name.Name)
+		}
+	})
 }
 
 // followSources re-evaluates every WatchRule and ClusterWatchRule when the discovery catalog of
 // the source cluster changed (a CRD became served, an aggregated API came or went), so a rule
 // resolves afresh without waiting for its periodic re-check.
 func (c *Controller) followSources(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.opts.Sources.Updates():
-			if changed := c.opts.Sources.Changed(); len(changed) > 0 {
-				c.log.Debug("discovery catalog changed; re-evaluating every rule", "clusters", changed)
-				c.enqueueAll(kindRule)
-				c.enqueueAll(kindClusterRule)
-			}
-		}
-	}
+	follow(ctx, c.opts.Sources.Updates(), c.opts.Sources.Changed, func(changed []string) {
+		c.log.Debug("discovery catalog changed; re-evaluating every rule", "clusters", changed)
+		c.enqueueAll(kindRule)
+		c.enqueueAll(kindClusterRule)
+	})
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
