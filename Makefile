@@ -7,6 +7,12 @@ KUBE_APISERVER := $(BIN)/kube-apiserver
 ETCD := $(BIN)/etcd
 # What every run of the real control plane (test/controlplane) is pointed at.
 CONTROL_PLANE_ENV := KUBE_APISERVER=$(KUBE_APISERVER) ETCD=$(ETCD)
+# Every Go build make runs uses the image's flags (hack/image: CGO_ENABLED=0, -trimpath): the
+# tests, the image and the binaries the tests start then share one build cache, so a cold
+# make test compiles each package once, not once per set of flags (docs/testing.md#how-long-make-test-takes).
+# GOFLAGS keeps what `go env` says besides (an environment variable replaces go env's file).
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)))
 # Debian packages the tests and the demo start for real (etcd is built: see the etcd target).
 DEB_PACKAGES := redis-server git ca-certificates
 
@@ -95,28 +101,40 @@ lint:
 
 # test: every test: go test ./... (test/e2e in two processes), hack/image's tests (a module of
 # its own, which go test ./... does not reach: its test builds the image twice and compares the
-# digests), make fuzz and make cluster-test, side by side where they can be (hack/test.sh).
+# digests), make fuzz-endpoints and make cluster-test, side by side where they can be
+# (hack/test.sh).
 test: deps
 	$(CONTROL_PLANE_ENV) GO=$(GO) MAKE=$(MAKE) hack/test.sh
 
-## fuzz: every decoder of what a caller sends, fuzzed for FUZZTIME each (part of make test; the
-## seed corpora also run in every plain go test). A crash is saved under the package's
-## testdata/fuzz/ and fails the run. FUZZTIME is a count of executions, not a duration: Go 1.26's
-## fuzz coordinator can fail a duration-bounded run with "context deadline exceeded" and no
-## crasher when the deadline meets a busy worker (go.dev/issue/75804, fixed in Go 1.27); a count
-## never arms that deadline. 50000 runs take 3-15 s per target on 2 cores.
+## fuzz: every decoder of what a caller sends, fuzzed for FUZZTIME each (the seed corpora also
+## run in every plain go test). A crash is saved under the package's testdata/fuzz/ and fails
+## the run. FUZZTIME is a count of executions, not a duration: Go 1.26's fuzz coordinator can
+## fail a duration-bounded run with "context deadline exceeded" and no crasher when the
+## deadline meets a busy worker (go.dev/issue/75804, fixed in Go 1.27); a count never arms that
+## deadline. 50000 runs take 3-15 s per target on 2 cores. A fuzz build instruments every
+## package of its test binary, a build of its own: the tag kubescribe_fuzz leaves out test files
+## whose imports would only add to it (docs/testing.md#fuzzing).
+## fuzz-endpoints, part of make test: the decoders of what a network caller sends to
+## kubescribe's HTTP endpoints (the audit batches, both admission webhooks' reviews).
 FUZZTIME ?= 50000x
-FUZZ_TARGETS := \
+FUZZ_ENDPOINT_TARGETS := \
 	./internal/admission:FuzzCandidate \
 	./internal/audit:FuzzDecode \
-	./internal/authz:FuzzDecodeReview \
+	./internal/authz:FuzzDecodeReview
+FUZZ_TARGETS := $(FUZZ_ENDPOINT_TARGETS) \
 	./internal/controller:FuzzRestConfigFromKubeconfig
+.PHONY: fuzz-endpoints
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  pkg=$${t%%:*}; fn=$${t##*:}; \
-	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
-	done
+	@$(call fuzz-each,$(FUZZ_TARGETS))
+fuzz-endpoints:
+	@$(call fuzz-each,$(FUZZ_ENDPOINT_TARGETS))
+define fuzz-each
+set -e; for t in $(1); do \
+  pkg=$${t%%:*}; fn=$${t##*:}; \
+  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+  $(GO) test -tags kubescribe_fuzz -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+done
+endef
 
 ## test-unit: unit tests only (no real components needed).
 test-unit:

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # hack/test.sh is make test's body (Makefile: test, after deps). It runs every test of the
-# project: go test of the main module, hack/image's tests, make fuzz and make cluster-test, and
-# runs side by side what can be, so that a cold run on 2 cores stays within its budget
+# project: go test of the main module, hack/image's tests, make fuzz-endpoints and make
+# cluster-test, and runs side by side what can be, so that a cold run on 2 cores stays within
+# its budget
 # (docs/testing.md#how-long-make-test-takes):
 #
-#   1. kube-apiserver, etcd and the e2e test binary are built together;
+#   1. etcd and the e2e test binary are built together, then kube-apiserver;
 #   2. three lanes then run at the same time:
 #        e2e-main      test/e2e's tests but those of $E2E_RESTART_TESTS, on a stack of its own;
 #        e2e-restarts  the tests of $E2E_RESTART_TESTS, on another stack;
 #        unit          go test of every other package, then the node's binaries, hack/image's
-#                      tests and make fuzz;
+#                      tests and make fuzz-endpoints;
 #   3. make cluster-test, alone: its tear-down check compares the whole machine.
 #
 # The e2e tests spend most of their time waiting for the apiserver's audit retries (10 s, then
@@ -27,6 +28,13 @@ cd "$root" || exit 1
 bin=$root/bin
 : "${KUBE_APISERVER:=$bin/kube-apiserver}" "${ETCD:=$bin/etcd}"
 export KUBE_APISERVER ETCD
+# make's build flags (Makefile: CGO_ENABLED=0 and -trimpath, the image's), also when this
+# script runs without make: one set of flags, one build cache for every build of the run.
+export CGO_ENABLED=0
+case " ${GOFLAGS-} " in
+*" -trimpath "*) ;;
+*) GOFLAGS=$(echo -trimpath "$("$GO" env GOFLAGS)") && export GOFLAGS ;;
+esac
 
 # The tests of test/e2e that kubescribe's restarts, kills and outages make wait for the
 # apiserver's retries (their times in docs/testing.md), and two that start a stack of their own
@@ -97,11 +105,14 @@ runLanes() {
 	done
 }
 
+# build builds etcd beside the e2e test binary, then kube-apiserver, once the k8s.io packages
+# it shares with the tests are compiled: two builds that need one package at once both compile it.
 build() {
 	local rc=0 pid
-	"$MAKE" --no-print-directory -j2 kube-apiserver etcd &
+	"$MAKE" --no-print-directory etcd &
 	pid=$!
 	"$GO" test -c -o "$bin/e2e.test" ./test/e2e || rc=1
+	"$MAKE" --no-print-directory kube-apiserver || rc=1
 	wait "$pid" || rc=1
 	return $rc
 }
@@ -120,7 +131,7 @@ unit() {
 	# What make cluster-test needs, built while the e2e lanes wait.
 	"$MAKE" --no-print-directory node-binaries || rc=1
 	(cd hack/image && "$GO" test -count=1 -timeout 30m ./...) || rc=1
-	"$MAKE" --no-print-directory fuzz || rc=1
+	"$MAKE" --no-print-directory fuzz-endpoints || rc=1
 	return $rc
 }
 

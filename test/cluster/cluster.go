@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -322,20 +321,11 @@ func findBinaries() (binaries, error) {
 	return b, nil
 }
 
-// ModuleRoot is the kubescribe module's root (the repository): two levels above this package.
+// ModuleRoot is the kubescribe module's root (the repository), found as the control plane
+// finds it (controlplane.ModuleRoot): builds made with -trimpath know no source path.
 func ModuleRoot() (string, error) { return moduleRoot() }
 
-func moduleRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("cluster: cannot locate the module root")
-	}
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-	if !fileExists(filepath.Join(root, "go.mod")) {
-		return "", fmt.Errorf("cluster: no go.mod in %s", root)
-	}
-	return root, nil
-}
+func moduleRoot() (string, error) { return controlplane.ModuleRoot() }
 
 // Stop tears the node down and checks the machine against Before: it returns an error naming
 // everything left. It is idempotent.

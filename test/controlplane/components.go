@@ -97,14 +97,17 @@ func checkExecutable(p string) error {
 	return nil
 }
 
-// moduleRoot finds the kubescribe module root above the working directory (go test runs in
-// the package directory) or, failing that, above this source file.
+// ModuleRoot finds the kubescribe module root above the working directory (go test runs in
+// the package directory) or, failing that, above this source file (unknown in a build made
+// with -trimpath, as make's are).
+func ModuleRoot() (string, error) { return moduleRoot() }
+
 func moduleRoot() (string, error) {
 	var starts []string
 	if wd, err := os.Getwd(); err == nil {
 		starts = append(starts, wd)
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
 		starts = append(starts, filepath.Dir(file))
 	}
 	for _, dir := range starts {
