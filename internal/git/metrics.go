@@ -47,6 +47,8 @@ type Metrics struct {
 	folderFetch  *prometheus.CounterVec
 	startOvers   prometheus.Counter
 	branchChecks *prometheus.CounterVec
+	supersedes   prometheus.Counter
+	released     prometheus.Counter
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -110,6 +112,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_branch_checks_total",
 			Help: "Fetches of a branch a git worker had nothing to push to (GitProvider spec.fetchInterval), by result: unchanged, moved (someone else's commits, a rewind or a deletion) or error.",
 		}, []string{"result"}),
+		supersedes: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_writer_superseded_total",
+			Help: "Git workers that gave their branch up because a commit of a newer writer epoch (another replica that took the branch over) was on it; what they held unpushed is written by the newer writer.",
+		}),
+		released: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_released_changes_total",
+			Help: "Changes of GitTargets whose branch another replica writes now, dropped during a handover: the owner's streams hand them over from the resume cursors.",
+		}),
 		startOvers: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_branch_start_overs_total",
 			Help: "Branches a git worker started over from nothing because the server refused them back on their old history (deleted, then garbage-collected); every file is written again from the cluster.",
@@ -149,6 +159,18 @@ func (m *Metrics) pushed(result string, d time.Duration) {
 func (m *Metrics) addPending(n int) {
 	if m != nil && n != 0 {
 		m.pending.Add(float64(n))
+	}
+}
+
+func (m *Metrics) superseded() {
+	if m != nil {
+		m.supersedes.Inc()
+	}
+}
+
+func (m *Metrics) changeReleased() {
+	if m != nil {
+		m.released.Inc()
 	}
 }
 

@@ -1,6 +1,7 @@
 package git
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -143,6 +144,13 @@ type Options struct {
 	// worker pushed: the streams of the folders' GitTargets must hand their state over again.
 	// It must not block.
 	OnReplay func(ReplayRequest)
+	// WriterEpoch, when set, hands the worker its writer epoch before its first clone
+	// (WriterEpochs.Next): every commit it makes carries it, and it gives the branch up when it
+	// finds a commit of a newer epoch there (writer.go). Nil: no epoch, no such check.
+	WriterEpoch func(ctx context.Context) (int64, error)
+	// OnSuperseded is called, from the worker goroutine, when the worker gave its branch up to
+	// a writer of a newer epoch; Run returns then. It must not block.
+	OnSuperseded func(newer int64)
 	// Now is the clock for commit and push timestamps; defaults to time.Now. Scheduling (the
 	// commit window timer, backoff) always uses the real monotonic clock.
 	Now func() time.Time

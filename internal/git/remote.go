@@ -36,6 +36,13 @@ func (w *Worker) open(ctx context.Context) error {
 	default:
 		return err
 	}
+	if w.epoch > 0 && !tip.IsZero() {
+		if c, err := object.GetCommit(store, tip); err == nil && commitEpoch(c.Message) > w.epoch {
+			w.store = store // read by nothing more: the worker stops
+			w.supersede(commitEpoch(c.Message))
+			return errSuperseded
+		}
+	}
 	compacted, refs, walked, err := compactStore(store, tip, plumbing.ZeroHash)
 	if err != nil {
 		return err
@@ -92,6 +99,10 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	old := w.remoteTip
+	if newer := w.newerWriter(tip, old, len(w.plans)+historyScanSlack+1); newer > 0 {
+		w.supersede(newer)
+		return false, errSuperseded
+	}
 	newest, reachedOld, exhausted := w.scanForPlans(tip, old)
 	if newest >= 0 {
 		w.log.Info("an earlier push reached the remote although it reported an error",
@@ -177,6 +188,9 @@ func (w *Worker) checkBranch(ctx context.Context) {
 		return
 	}
 	moved, err := w.refetch(ctx)
+	if errors.Is(err, errSuperseded) {
+		return
+	}
 	if err != nil {
 		w.opts.Metrics.branchChecked(branchCheckError)
 		w.failed(ctx, "fetch", err)

@@ -115,12 +115,22 @@ type RouterOptions struct {
 	// forgets it, so that a restart commits a closed window again and reports a commit the
 	// stopping process pushed. Nil keeps them in memory only.
 	Closes *CloseStore
+	// Epochs, when set, gives every branch worker a writer epoch (writer.go): with several
+	// replicas, a worker that a newer one took the branch from gives it up. WriterEpochs
+	// implements it.
+	Epochs EpochSource
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Logger is the base logger; workers add component, url and branch.
 	Logger *slog.Logger
 	// newWorker builds a worker; test seam, defaults to NewWorker.
 	newWorker func(Options) (*Worker, error)
+}
+
+// EpochSource hands out writer epochs: each higher than every one handed out before for the
+// branch, whichever process asks.
+type EpochSource interface {
+	Next(ctx context.Context, provider types.NamespacedName, branch string) (int64, error)
 }
 
 // workerKey names the single writer of one branch of one provider's repository.
@@ -194,6 +204,11 @@ type Router struct {
 	// startOvers and foreignEdits count, by target, the start-overs of the branches it was
 	// routed to and the foreign edits of its folder (TargetStatus.StartOvers, ForeignEdits).
 	startOvers, foreignEdits map[types.NamespacedName]int
+	// released are the targets another replica writes (Release, or a superseded worker):
+	// their changes are dropped quietly. superseded are the branches whose worker a newer
+	// writer took over, with its epoch, until ClearSuperseded.
+	released   map[types.NamespacedName]struct{}
+	superseded map[workerKey]int64
 
 	// updated holds the targets whose status changed since the controller last took them.
 	updated *notify.Set[types.NamespacedName]
@@ -219,6 +234,8 @@ func NewRouter(opts RouterOptions) *Router {
 
 		startOvers:   map[types.NamespacedName]int{},
 		foreignEdits: map[types.NamespacedName]int{},
+		released:     map[types.NamespacedName]struct{}{},
+		superseded:   map[workerKey]int64{},
 	}
 }
 
@@ -271,7 +288,14 @@ func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w, err := r.ensureWorkerLocked(workerKey{provider: dest.Remote.Provider, branch: dest.Branch}, dest.Remote)
+	key := workerKey{provider: dest.Remote.Provider, branch: dest.Branch}
+	if _, lost := r.superseded[key]; lost {
+		r.setRouteLocked(target, nil)
+		r.released[target] = struct{}{}
+		return ErrSuperseded
+	}
+	delete(r.released, target)
+	w, err := r.ensureWorkerLocked(key, dest.Remote)
 	if err != nil {
 		r.setRouteLocked(target, nil)
 		return err
@@ -362,11 +386,56 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.setRouteLocked(target, nil)
+	delete(r.released, target)
 	if forget {
 		delete(r.pushes, target)
 		delete(r.startOvers, target)
 		delete(r.foreignEdits, target)
 	}
+}
+
+// Release stops writing target's changes because another replica writes its branch: as
+// Unroute, but the changes still observed for it (a handover under way) are dropped quietly,
+// not reported as unrouted. What the router recorded of its pushes is kept.
+func (r *Router) Release(target types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setRouteLocked(target, nil)
+	r.released[target] = struct{}{}
+}
+
+// ClearSuperseded forgets which branches were taken over by a newer writer: the ownership view
+// changed, so Route may start their workers again (with a newer epoch).
+func (r *Router) ClearSuperseded() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.superseded)
+}
+
+// onSuperseded records that worker rw gave its branch up to the writer of epoch newer: its
+// targets are released and Route refuses the branch until ClearSuperseded.
+func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
+	r.mu.Lock()
+	var targets []types.NamespacedName
+	if r.workers[rw.key] == rw {
+		r.superseded[rw.key] = newer
+		for name, rt := range r.routes {
+			if rt.worker == rw {
+				targets = append(targets, name)
+			}
+		}
+		for _, name := range targets {
+			r.setRouteLocked(name, nil)
+			r.released[name] = struct{}{}
+		}
+		if r.workers[rw.key] == rw { // setRouteLocked stops it once unused
+			r.stopWorkerLocked(rw)
+		}
+	}
+	r.mu.Unlock()
+	r.log.Warn("another replica took this branch over; its GitTargets are released here",
+		"provider", rw.key.provider.String(), "branch", rw.key.branch, "newer_writer", newer, "targets", len(targets))
+	r.notify(targets...)
 }
 
 // KnowFolder records what target's last push left in its folder, as kept by the caller (the
@@ -447,6 +516,12 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	rt, ok := r.routes[ac.Target]
+	if _, released := r.released[ac.Target]; !ok && released {
+		r.opts.Metrics.changeReleased()
+		r.log.Debug("change dropped: another replica writes its GitTarget's branch", "target", ac.Target.String(),
+			"resource", ac.GVR.Resource, "namespace", ac.Namespace, "name", ac.Name, "op", ac.Op)
+		return
+	}
 	if !ok {
 		r.opts.Metrics.changeUnrouted()
 		r.log.Warn("change dropped: its GitTarget is not Ready", "target", ac.Target.String(),
@@ -496,6 +571,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 	if r.ctx == nil {
 		return nil, errors.New("the git router is not running")
 	}
+	rw := &runningWorker{key: k}
 	w, err := r.opts.newWorker(Options{
 		URL:               remote.URL,
 		Branch:            k.branch,
@@ -513,12 +589,14 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		OnClosed:          r.onClosed,
 		OnCloseAccepted:   r.closeAccepted,
 		OnReplay:          func(req ReplayRequest) { r.onReplay(k, req) },
+		WriterEpoch:       r.writerEpoch(k),
+		OnSuperseded:      func(newer int64) { r.onSuperseded(rw, newer) },
 	})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	rw := &runningWorker{key: k, remote: remote, worker: w, cancel: cancel}
+	rw.remote, rw.worker, rw.cancel = remote, w, cancel
 	r.workers[k] = rw
 	r.group.Add(1)
 	go func() {
@@ -526,7 +604,9 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		if err := w.Run(ctx); err != nil {
 			r.log.Error("git worker stopped", "provider", k.provider.String(), "branch", k.branch, "err", err)
 		}
-		r.closesLost(w)
+		if !w.Superseded() {
+			r.closesLost(w) // a superseded worker's closes are the newer writer's (CloseStore)
+		}
 	}()
 	if replacing {
 		// Other targets on this branch switch to the new worker at once, so no change is
@@ -541,6 +621,14 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 	}
 	r.log.Info("started git worker", "provider", k.provider.String(), "branch", k.branch, "url", remote.URL)
 	return rw, nil
+}
+
+// writerEpoch hands the workers of k their writer epochs, when the router has Epochs.
+func (r *Router) writerEpoch(k workerKey) func(context.Context) (int64, error) {
+	if r.opts.Epochs == nil {
+		return nil
+	}
+	return func(ctx context.Context) (int64, error) { return r.opts.Epochs.Next(ctx, k.provider, k.branch) }
 }
 
 // stopWorkerLocked asks a worker to commit and push what it holds, then stop.

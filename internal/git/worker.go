@@ -190,6 +190,10 @@ type Worker struct {
 	refusals map[string]*FolderRefusedError
 	stopping bool // shutdown began: the final commit is made, later submissions are not committed
 	stopped  bool // Run returned: submissions are no longer queued
+	// superseded is set once a newer writer took the branch over (supersede).
+	superseded bool
+	// epoch is the worker's writer epoch (writer.go); 0 without one. Set before the first clone.
+	epoch int64
 
 	// Owned by the Run goroutine.
 	// store is the working object store: the tip's commit and trees, the objects of unpushed
@@ -290,6 +294,12 @@ func NewWorker(opts Options) (*Worker, error) {
 func (w *Worker) Submit(targetPath string, c attribution.AttributedChange) {
 	w.mu.Lock()
 	stopping, stopped := w.stopping, w.stopped
+	if w.superseded {
+		// Another replica writes the branch; it observes this change itself.
+		w.mu.Unlock()
+		w.opts.Metrics.changeReleased()
+		return
+	}
 	if !stopped {
 		w.queue = append(w.queue, submission{targetPath: targetPath, change: c})
 		w.status.Pending++
@@ -339,6 +349,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.closeWindow()
 		}
 		w.sync(ctx)
+		if w.Superseded() {
+			w.reportGauges(true)
+			return nil
+		}
 		w.trimIfIdle()
 		w.reportGauges(false)
 		if ctx.Err() != nil {
@@ -587,7 +601,9 @@ func (w *Worker) accept(s submission) {
 // windowOpen reports whether the open window's deadline is still ahead.
 func (w *Worker) windowOpen() bool { return w.win != nil && time.Now().Before(w.win.deadline) }
 
-func (w *Worker) builder() treeBuilder { return treeBuilder{s: w.store, trees: w.trees} }
+func (w *Worker) builder() treeBuilder {
+	return treeBuilder{s: w.store, trees: w.trees, writer: w.epoch}
+}
 
 func (w *Worker) committer() object.Signature {
 	return object.Signature{Name: w.opts.Committer.Name, Email: w.opts.Committer.Email, When: w.opts.Now()}
@@ -728,6 +744,10 @@ func (w *Worker) sync(ctx context.Context) {
 		return
 	}
 	if w.store == nil {
+		if err := w.ensureEpoch(ctx); err != nil {
+			w.failed(ctx, "take a writer epoch", err)
+			return
+		}
 		if err := w.open(ctx); err != nil {
 			w.failed(ctx, "clone", err)
 			return
@@ -965,6 +985,9 @@ func (w *Worker) settle(changes []attribution.AttributedChange) {
 // interrupted by shutdown (see interrupted) is only logged: it is neither LastError nor reported
 // to OnFailed, and the final push attempt follows.
 func (w *Worker) failed(ctx context.Context, what string, err error) {
+	if errors.Is(err, errSuperseded) {
+		return // the worker gave the branch up (supersede): nothing to retry
+	}
 	err = w.redact(fmt.Errorf("%s: %w", what, err))
 	if w.interrupted(ctx) {
 		w.log.Info("git remote operation interrupted by shutdown", "err", err)

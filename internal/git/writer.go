@@ -1,0 +1,152 @@
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+)
+
+// A branch has one writer at a time: the replica that owns it (internal/ownership). Views of who
+// owns what still differ for moments (a paused process, a partition, a rolling update), so two
+// workers may write one branch at once. Every worker therefore starts with a writer epoch, one
+// more than the branch's last (a Redis counter), and signs each commit it makes with it (the
+// trailer Kubescribe-Writer). A push is never forced, so two writers meet on the remote: the one
+// whose push is refused fetches, and a worker that finds a commit of a newer epoch on the branch
+// is superseded. It gives the branch up at once, pushes nothing more and drops what it holds:
+// nothing of it was pushed, so no resume cursor covers it, and the newer writer's streams hand
+// it over again from the cursors. A worker that finds an older epoch's commits builds on them,
+// like on anyone's: they were observed before the newer writer started. So no change is
+// committed twice, and a stale writer never puts an older state of an object over a newer one.
+//
+// Keys owned by this file, under the prefix P:
+//
+//	P:writer:<provider namespace>/<provider name>:<branch>
+//	    an integer: the last writer epoch handed out for the branch (INCR), kept forever.
+
+// WriterTrailer is the commit trailer that names the epoch of the worker that made a commit.
+const WriterTrailer = "Kubescribe-Writer"
+
+// errSuperseded reports that a writer with a newer epoch pushed to the branch.
+var errSuperseded = errors.New("a newer kubescribe writer writes this branch")
+
+// ErrSuperseded is returned by Router.Route for a branch whose worker was superseded by a
+// newer writer (another replica) since the ownership view last changed.
+var ErrSuperseded = errors.New("another kubescribe replica writes this branch")
+
+// WriterEpochs hands out writer epochs from Redis.
+type WriterEpochs struct {
+	rdb    redis.UniversalClient
+	prefix keyspace.Prefix
+}
+
+// NewWriterEpochs returns WriterEpochs on rdb.
+func NewWriterEpochs(rdb redis.UniversalClient, prefix keyspace.Prefix) *WriterEpochs {
+	return &WriterEpochs{rdb: rdb, prefix: prefix}
+}
+
+// Next returns a new epoch for the branch of provider, higher than every one handed out before.
+func (e *WriterEpochs) Next(ctx context.Context, provider types.NamespacedName, branch string) (int64, error) {
+	n, err := e.rdb.Incr(ctx, e.prefix.Key("writer", provider.String(), branch)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("writer epoch: %w", err)
+	}
+	return n, nil
+}
+
+// writerTrailer is the trailer line of epoch, "" for none (a worker without epochs).
+func writerTrailer(epoch int64) string {
+	if epoch <= 0 {
+		return ""
+	}
+	return WriterTrailer + ": " + strconv.FormatInt(epoch, 10) + "\n"
+}
+
+// commitEpoch reads the writer epoch of a commit's message: 0 without the trailer (someone
+// else's commit, or one made without epochs).
+func commitEpoch(message string) int64 {
+	lines := strings.Split(strings.TrimRight(message, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0 && lines[i] != ""; i-- {
+		if v, ok := strings.CutPrefix(lines[i], WriterTrailer+": "); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// ensureEpoch takes the worker's epoch before its first clone (Options.WriterEpoch).
+func (w *Worker) ensureEpoch(ctx context.Context) error {
+	if w.epoch > 0 || w.opts.WriterEpoch == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
+	defer cancel()
+	n, err := w.opts.WriterEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	w.epoch = n
+	w.log = w.log.With("writer", n)
+	w.log.Info("writer epoch taken")
+	return nil
+}
+
+// newerWriter looks at the commits from tip down to stop (excluded, at most limit) for one of a
+// writer epoch newer than the worker's, and returns that epoch (0 for none).
+func (w *Worker) newerWriter(tip, stop plumbing.Hash, limit int) int64 {
+	if w.epoch <= 0 {
+		return 0
+	}
+	var newest int64
+	walkCommits(w.store, tip, limit, func(h plumbing.Hash) bool {
+		if h == stop {
+			return false
+		}
+		c, err := object.GetCommit(w.store, h)
+		if err != nil {
+			return false
+		}
+		if e := commitEpoch(c.Message); e > w.epoch {
+			newest = max(newest, e)
+		}
+		return true
+	})
+	return newest
+}
+
+// supersede gives the branch up to the writer of epoch newer: everything held is dropped
+// unpushed (the newer writer's streams hand it over again from the resume cursors), nothing is
+// pushed any more, and Run returns. A change submitted later is dropped quietly.
+func (w *Worker) supersede(newer int64) {
+	w.mu.Lock()
+	w.superseded, w.stopping, w.stopped = true, true, true
+	w.queue = nil
+	pending := w.status.Pending
+	w.status.Pending = 0
+	w.mu.Unlock()
+	w.opts.Metrics.addPending(-pending)
+	w.plans, w.win, w.settled = nil, nil, nil
+	w.opts.Metrics.superseded()
+	w.log.Warn("another kubescribe replica writes this branch now (a commit of a newer writer epoch is on it): this writer gives it up and drops what it holds unpushed; the newer writer writes it from the resume cursors",
+		"newer_writer", newer, "dropped", pending)
+	if w.opts.OnSuperseded != nil {
+		w.opts.OnSuperseded(newer)
+	}
+}
+
+// Superseded reports whether a newer writer took the branch over (supersede).
+func (w *Worker) Superseded() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.superseded
+}

@@ -1,0 +1,150 @@
+package git
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+func TestCommitEpochReadsTheTrailerBlockOnly(t *testing.T) {
+	for msg, want := range map[string]int64{
+		"update configmaps demo/a\n\nupdate core/configmaps demo/a resourceVersion=7\n\nKubescribe-User: alice\nKubescribe-Writer: 12\n": 12,
+		"Snapshot of 3 objects\n\nKubescribe-Attribution: snapshot\nKubescribe-Cluster: prod\n":                                          0,
+		"Kubescribe-Writer: 9\n\nsomeone's text after it\n":                                                                              0,
+		"x\n\nKubescribe-Writer: -3\n":   0,
+		"x\n\nKubescribe-Writer: many\n": 0,
+		"":                               0,
+	} {
+		require.Equal(t, want, commitEpoch(msg), "%q", msg)
+	}
+	require.Equal(t, "", writerTrailer(0))
+	require.Equal(t, int64(4), commitEpoch("m\n\nKubescribe-User: a\n"+writerTrailer(4)))
+}
+
+// epochWorker starts a worker on url with writer epoch epoch, a commit window of window, and a
+// record of its OnSuperseded calls.
+func epochWorker(t *testing.T, url string, epoch int64, window time.Duration) (*testWorker, *atomic.Int64) {
+	t.Helper()
+	opts := testOptions(url)
+	opts.CommitWindow = window
+	opts.WriterEpoch = func(context.Context) (int64, error) { return epoch, nil }
+	var newer atomic.Int64
+	opts.OnSuperseded = func(n int64) { newer.Store(n) }
+	return startWorker(t, opts), &newer
+}
+
+// A writer that lost the branch to a newer one (a paused replica whose branch moved to
+// another while it slept) finds the newer writer's commit when its push is refused: it gives
+// the branch up and pushes nothing, so its stale state never lands over the newer one, and no
+// change is committed twice.
+func TestAStaleWriterGivesTheBranchUpToANewerOne(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	old, newer := epochWorker(t, url, 1, 10*time.Millisecond)
+	old.Submit("team", by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	old.waitPushed(t)
+
+	next, _ := epochWorker(t, url, 2, 10*time.Millisecond)
+	next.Submit("team", by("bob", "b1", cmChange(watch.OpUpdate, "demo", "app", "2")))
+	next.waitPushed(t)
+
+	// The stale writer still holds an older view of the object and commits it.
+	old.Submit("team", by("alice", "a2", cmChange(watch.OpUpdate, "demo", "app", "1b")))
+	require.Eventually(t, old.Superseded, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, int64(2), newer.Load())
+	require.NoError(t, old.stop(t), "a superseded worker returns without error")
+
+	require.Equal(t, []string{"bob 2", "alice 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 2")
+	require.Zero(t, old.Status().Pending)
+
+	// Later changes are dropped quietly: the owner of the branch observes them itself.
+	old.Submit("team", by("alice", "a3", cmChange(watch.OpUpdate, "demo", "app", "3")))
+	require.NotContains(t, old.logs.String(), "it is dropped")
+}
+
+// A newer writer that finds an older writer's commit on the branch (the old owner's last
+// push, made while the new one started) builds on it, as on anyone's commit.
+func TestANewerWriterBuildsOnAnOlderOnesCommits(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	next, newer := epochWorker(t, url, 2, 300*time.Millisecond)
+	next.Submit("team", by("bob", "b1", cmChange(watch.OpCreate, "demo", "db", "2")))
+
+	old, _ := epochWorker(t, url, 1, 10*time.Millisecond)
+	old.Submit("team", by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	old.waitPushed(t)
+
+	next.waitPushed(t)
+	require.Zero(t, newer.Load())
+	require.False(t, next.Superseded())
+	require.Equal(t, []string{"bob 2", "alice 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+	require.ElementsMatch(t, []string{"team/demo/core/configmaps/app.yaml", "team/demo/core/configmaps/db.yaml"}, gitFiles(t, gitDir, "main"))
+}
+
+// A writer whose first clone finds a newer writer's commit at the tip gives up before it
+// commits anything.
+func TestAWriterThatClonesANewerWritersBranchGivesUp(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	next, _ := epochWorker(t, url, 5, 10*time.Millisecond)
+	next.Submit("team", by("bob", "b1", cmChange(watch.OpCreate, "demo", "db", "2")))
+	next.waitPushed(t)
+
+	old, newer := epochWorker(t, url, 4, 10*time.Millisecond)
+	old.Submit("team", by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	require.Eventually(t, old.Superseded, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, int64(5), newer.Load())
+	require.Len(t, gitLog(t, gitDir, "main", "%H"), 1)
+}
+
+// counterEpochs hands out epochs from one counter, as WriterEpochs does from Redis.
+type counterEpochs struct{ n atomic.Int64 }
+
+func (c *counterEpochs) Next(context.Context, types.NamespacedName, string) (int64, error) {
+	return c.n.Add(1), nil
+}
+
+// Two routers (two replicas) that both believe they own a branch: the one routed first is
+// superseded by the other's first push, releases its targets (their changes are dropped
+// quietly, not counted as unrouted), refuses the branch until the ownership view changes, and
+// takes it back with a newer epoch then.
+func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	epochs := &counterEpochs{}
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
+	a := startRouter(t, RouterOptions{Epochs: epochs, Metrics: metrics})
+	b := startRouter(t, RouterOptions{Epochs: epochs})
+	dest := Destination{Remote: testRemote(url), Branch: "main", Path: "team"}
+	require.NoError(t, a.Route(tenants, dest))
+	a.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	require.Eventually(t, func() bool { return a.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, b.Route(tenants, dest))
+	b.Deliver(by("bob", "b1", cmChange(watch.OpUpdate, "demo", "app", "2")))
+	require.Eventually(t, func() bool { return b.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
+
+	a.Deliver(by("alice", "a2", cmChange(watch.OpUpdate, "demo", "app", "1b")))
+	require.Eventually(t, func() bool { return !a.Routed(tenants) }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.supersedes))
+	require.ErrorIs(t, a.Route(tenants, dest), ErrSuperseded)
+	a.Deliver(by("alice", "a3", cmChange(watch.OpUpdate, "demo", "app", "3")))
+	require.Equal(t, 0.0, testutil.ToFloat64(metrics.unrouted))
+	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.released), 1.0)
+	require.Equal(t, []string{"bob 2", "alice 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+
+	// The view changed and a owns the branch again: a newer epoch than b's.
+	a.ClearSuperseded()
+	require.NoError(t, a.Route(tenants, dest))
+	a.Deliver(by("carol", "c1", cmChange(watch.OpUpdate, "demo", "app", "4")))
+	require.Eventually(t, func() bool {
+		return len(gitLog(t, gitDir, "main", "%H")) == 3
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, "carol 3", gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)")[0])
+}
