@@ -41,7 +41,10 @@ type attributionWebhookSync struct {
 	kube    kubernetes.Interface
 	opts    AttributionWebhookOptions
 	streams func() []watch.StreamSpec
-	log     *slog.Logger
+	// leads reports whether this replica runs the singletons: only the leader writes the
+	// configuration.
+	leads func() bool
+	log   *slog.Logger
 }
 
 // run syncs until ctx ends.
@@ -59,6 +62,9 @@ func (w *attributionWebhookSync) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if w.leads != nil && !w.leads() {
+			continue
 		}
 		if err := w.sync(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("cannot update the attribution webhook configuration; writes keep flowing (failurePolicy Ignore), new resources may go unattributed", "err", err)
@@ -176,6 +182,7 @@ func sameWebhook(have, want *admissionregistrationv1.ValidatingWebhook) bool {
 func (c *Controller) attributionWebhook() *attributionWebhookSync {
 	return &attributionWebhookSync{
 		kube: c.opts.Kube, opts: *c.opts.AttributionWebhook, log: c.log.With("webhook", admission.WebhookConfigurationName),
+		leads: c.leads,
 		streams: func() []watch.StreamSpec {
 			if src := c.opts.Sources.Cluster(c.opts.Cluster); src != nil {
 				return src.Streams()

@@ -36,6 +36,10 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 		c.removeOwner(owner)
 		return nil
 	}
+	if !c.ownsTargetNamed(types.NamespacedName{Namespace: r.Spec.TargetRef.Namespace, Name: r.Spec.TargetRef.Name}) {
+		c.removeOwner(owner) // the owner of its GitTarget's branch watches for it
+		return nil
+	}
 	before := r.Status.DeepCopy()
 	req := ruleRequest{
 		owner:  owner,

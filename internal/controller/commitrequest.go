@@ -36,7 +36,13 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 	}
 	k := key{kindCommitRequest, name}
 	if cr.Status.CompletionTime != nil {
+		if !c.leads() {
+			return nil
+		}
 		return c.expireCommitRequest(ctx, &cr)
+	}
+	if !c.ownsTargetNamed(types.NamespacedName{Namespace: cr.Namespace, Name: cr.Spec.TargetRef.Name}) {
+		return nil // the owner of its GitTarget's branch closes the window
 	}
 	before := cr.Status.DeepCopy()
 	st := &cr.Status

@@ -96,6 +96,11 @@ type Options struct {
 	// Cursors, when set, removes resume cursors: those of the destination a GitTarget leaves
 	// (retarget) and those of a deleted GitTarget. watch.CursorStore implements it.
 	Cursors CursorDropper
+	// Ownership, when set, says which branches this replica writes and whether it runs the
+	// singletons (several replicas: ownership.go). Nil: every branch, and the singletons.
+	Ownership Ownership
+	// Handovers, when set, counts the branches this replica comes to write and stops writing.
+	Handovers HandoverMetrics
 	// InFlight, when set, counts a GitTarget's changes between the watch and the git router
 	// (in the attribution join); a retarget is done only once none of its snapshot is left
 	// there. attribution.Joiner.InFlight implements it.
@@ -152,6 +157,8 @@ type Controller struct {
 	// was last evaluated ("" when the target had no route): a retarget waits until every rule
 	// of the target has subscribed to the new destination.
 	evaluated map[string]string
+	// owned holds the branches (branchKey) this replica writes.
+	owned map[string]struct{}
 	// replayed holds, per GitTarget, the start-overs of its branch and the foreign edits of its
 	// folder last acted on (git.TargetStatus.StartOvers, ForeignEdits; replayIfLost).
 	replayed map[types.NamespacedName]replayMark
@@ -185,6 +192,9 @@ func New(opts Options) (*Controller, error) {
 	if opts.SourceProbeInterval == 0 {
 		opts.SourceProbeInterval = sourceProbeInterval
 	}
+	if opts.Handovers == nil {
+		opts.Handovers = noHandovers{}
+	}
 	c := &Controller{
 		opts:          opts,
 		log:           opts.Logger,
@@ -193,6 +203,7 @@ func New(opts Options) (*Controller, error) {
 		sources:       sourceState{entries: map[string]*sourceEntry{}},
 		evaluated:     map[string]string{},
 		replayed:      map[types.NamespacedName]replayMark{},
+		owned:         map[string]struct{}{},
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
@@ -284,6 +295,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	go func() { defer wg.Done(); c.followRouter(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); c.followSources(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); c.followOwnership(ctx) }()
 	if c.opts.AttributionWebhook != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.attributionWebhook().run(ctx) }()

@@ -51,8 +51,12 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 	}
 	setReady(&p.Status.Conditions, p.Generation, state != nil, reason, "%s", msg)
 	p.Status.ObservedGeneration = p.Generation
-	if err := c.writeStatus(ctx, v1alpha1.GitProvidersResource, &p, before, &p.Status); err != nil {
-		return err
+	// Every replica checks the provider (its targets are routed with what passed), the leader
+	// alone reports it.
+	if c.leads() {
+		if err := c.writeStatus(ctx, v1alpha1.GitProvidersResource, &p, before, &p.Status); err != nil {
+			return err
+		}
 	}
 	if retry {
 		return fmt.Errorf("GitProvider %s not ready: %s", name, msg)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -34,7 +35,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		delete(c.replayed, name)
 		c.mu.Unlock()
 		c.releaseSource(name, "")
-		if c.opts.Cursors != nil {
+		if c.opts.Cursors != nil && c.leads() {
 			n, err := c.opts.Cursors.DropTarget(ctx, name)
 			if err != nil {
 				return fmt.Errorf("removing the resume cursors of deleted GitTarget %s: %w", name, err)
@@ -44,6 +45,12 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		c.enqueueAllTargets() // one refused for overlapping this one may write now
 		return nil
 	}
+	if !c.ownsTarget(&t) {
+		// Another replica writes its branch: it routes the target and writes its status.
+		c.release(&t)
+		return nil
+	}
+	c.acquire(&t)
 	before := t.Status.DeepCopy()
 	desired := t.Spec.Destination()
 	moving := t.Status.RetargetingTo != nil || (t.Status.ObservedDestination != nil && *t.Status.ObservedDestination != desired)
@@ -68,6 +75,10 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 			Branch: od.Branch, Path: od.Path, Tree: t.Status.FolderTree})
 	}
 	ready, reason, msg := c.routeTarget(name, &t)
+	if reason == reasonSuperseded {
+		c.release(&t)
+		return nil
+	}
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)
 	st := c.opts.Router.TargetStatus(name)
 	c.replayIfLost(name, &t, st)
@@ -175,6 +186,9 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 	dest := git.Destination{Remote: remote, Branch: t.Spec.Branch, Path: t.Spec.Path,
 		Stream: streamOf(t.Spec.Destination()), Cluster: c.clusterOf(t.Spec.Destination())}
 	if err := c.opts.Router.Route(name, dest); err != nil {
+		if errors.Is(err, git.ErrSuperseded) {
+			return false, reasonSuperseded, ""
+		}
 		return false, v1alpha1.ReasonInvalidSpec, err.Error()
 	}
 	where := "the repository root"

@@ -376,6 +376,8 @@ type fixtureConfig struct {
 	// sourceProbeInterval is Options.SourceProbeInterval; 0: every sync probes again (in the
 	// background), and each answer syncs the route's GitTargets (and their rules) again.
 	sourceProbeInterval time.Duration
+	// ownership is Options.Ownership (nil: a single replica).
+	ownership Ownership
 }
 
 type fixture struct {
@@ -468,6 +470,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 
 		NewSourceClients:    cfg.sourceClients,
 		SourceProbeInterval: cmp.Or(cfg.sourceProbeInterval, time.Nanosecond),
+		Ownership:           cfg.ownership,
 	})
 	require.NoError(t, err)
 	f.c = c

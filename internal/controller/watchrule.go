@@ -28,6 +28,10 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 		c.removeOwner(owner)
 		return nil
 	}
+	if !c.ownsTargetNamed(types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.TargetRef.Name}) {
+		c.removeOwner(owner) // the owner of its GitTarget's branch watches for it
+		return nil
+	}
 	before := r.Status.DeepCopy()
 	out := c.evaluate(ruleRequest{
 		owner:          owner,

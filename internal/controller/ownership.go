@@ -1,0 +1,133 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+// Ownership says which branches this replica writes and whether it runs the cluster-wide
+// singletons; internal/ownership's Membership implements it. Without one (a single replica),
+// the controller owns every branch and leads.
+//
+// A replica reconciles every object, but acts only on what it owns: a GitTarget (and the
+// WatchRules, ClusterWatchRules and CommitRequests naming it) belongs to the owner of its
+// provider's branch, which routes it, watches what its rules need and writes their status.
+// Objects without an owner that way (a GitProvider, a rule or request whose GitTarget does not
+// exist, a deleted GitTarget's cursors, finished CommitRequests) are the leader's.
+type Ownership interface {
+	Owns(key string) bool
+	Leading() bool
+	// Updates signals that the view changed (members, leadership).
+	Updates() <-chan struct{}
+	// TakeoverGap tells how long a branch just acquired had no writer, when its previous owner
+	// left.
+	TakeoverGap(key string) (time.Duration, bool)
+}
+
+// HandoverMetrics counts the branches the controller comes to write and stops writing;
+// internal/ownership's Handovers implements it.
+type HandoverMetrics interface {
+	Acquired(gapSeconds float64, known bool)
+	Released()
+	Owned(n int)
+}
+
+// reasonSuperseded is routeTarget's answer for a target whose branch another replica took over
+// (git.ErrSuperseded): not a condition reason, the target is released.
+const reasonSuperseded = "superseded"
+
+type noHandovers struct{}
+
+func (noHandovers) Acquired(float64, bool) {}
+func (noHandovers) Released()              {}
+func (noHandovers) Owned(int)              {}
+
+// branchKey names a GitTarget's branch for ownership: its provider and spec.branch. Targets
+// on one branch share one writer, so they share an owner.
+func branchKey(t *v1alpha1.GitTarget) string {
+	return t.Namespace + "/" + t.Spec.ProviderRef.Name + ":" + t.Spec.Branch
+}
+
+// ownsTarget reports whether this replica writes t's branch: it owns the branch's key in the
+// ownership view, and its worker there was not superseded by another replica's since the view
+// last changed (both believed they owned it; the newer writer keeps it).
+func (c *Controller) ownsTarget(t *v1alpha1.GitTarget) bool {
+	if c.opts.Ownership == nil {
+		return true
+	}
+	provider := types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}
+	return c.opts.Ownership.Owns(branchKey(t)) && !c.opts.Router.Superseded(provider, t.Spec.Branch)
+}
+
+// ownsTargetNamed is ownsTarget for the GitTarget name; a target that does not exist (or cannot
+// be read) is the leader's.
+func (c *Controller) ownsTargetNamed(name types.NamespacedName) bool {
+	var t v1alpha1.GitTarget
+	if exists, err := c.get(kindTarget, name, &t); err != nil || !exists {
+		return c.leads()
+	}
+	return c.ownsTarget(&t)
+}
+
+// leads reports whether this replica runs the singletons.
+func (c *Controller) leads() bool {
+	return c.opts.Ownership == nil || c.opts.Ownership.Leading()
+}
+
+// acquire records that this replica writes t's branch, counting a handover when it did not.
+func (c *Controller) acquire(t *v1alpha1.GitTarget) {
+	k := branchKey(t)
+	c.mu.Lock()
+	_, had := c.owned[k]
+	c.owned[k] = struct{}{}
+	n := len(c.owned)
+	c.mu.Unlock()
+	if had || c.opts.Ownership == nil {
+		return
+	}
+	gap, known := c.opts.Ownership.TakeoverGap(k)
+	c.opts.Handovers.Acquired(gap.Seconds(), known)
+	c.opts.Handovers.Owned(n)
+	c.log.Info("this replica writes a branch now", "branch", k, "takeover_gap", gap, "gap_known", known)
+}
+
+// release stops writing t's branch (and t) here: another replica owns it.
+func (c *Controller) release(t *v1alpha1.GitTarget) {
+	name := types.NamespacedName{Namespace: t.Namespace, Name: t.Name}
+	c.opts.Router.Release(name)
+	k := branchKey(t)
+	c.mu.Lock()
+	_, had := c.owned[k]
+	delete(c.owned, k)
+	n := len(c.owned)
+	c.mu.Unlock()
+	if !had {
+		return
+	}
+	c.opts.Handovers.Released()
+	c.opts.Handovers.Owned(n)
+	c.log.Info("another replica writes a branch now; this one stopped writing it", "branch", k)
+}
+
+// followOwnership reconciles everything again whenever the ownership view changes: each
+// replica then takes up what it came to own and lets go of the rest.
+func (c *Controller) followOwnership(ctx context.Context) {
+	if c.opts.Ownership == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.opts.Ownership.Updates():
+			c.opts.Router.ClearSuperseded()
+			for _, k := range []kind{kindProvider, kindTarget, kindRule, kindClusterRule, kindCommitRequest} {
+				c.enqueueAll(k)
+			}
+		}
+	}
+}

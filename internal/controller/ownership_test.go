@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+)
+
+// fakeOwnership is a view of the replicas a test sets by hand.
+type fakeOwnership struct {
+	mu      sync.Mutex
+	owned   map[string]bool
+	leading bool
+	c       chan struct{}
+}
+
+func newFakeOwnership(leading bool) *fakeOwnership {
+	return &fakeOwnership{owned: map[string]bool{}, leading: leading, c: make(chan struct{}, 1)}
+}
+
+func (o *fakeOwnership) Owns(k string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.owned[k]
+}
+
+func (o *fakeOwnership) Leading() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leading
+}
+
+func (o *fakeOwnership) Updates() <-chan struct{} { return o.c }
+
+func (o *fakeOwnership) TakeoverGap(string) (time.Duration, bool) { return 3 * time.Second, true }
+
+func (o *fakeOwnership) own(k string, owns bool) {
+	o.mu.Lock()
+	o.owned[k] = owns
+	o.mu.Unlock()
+	select {
+	case o.c <- struct{}{}:
+	default:
+	}
+}
+
+// A replica that does not own a GitTarget's branch neither routes it, nor watches for its
+// rules, nor writes their status; once it owns the branch it does all three, and when the
+// branch moves away it lets go of the target and its streams. The GitProvider's status is the
+// leader's.
+func TestOnlyTheOwnerOfABranchWritesItsTargets(t *testing.T) {
+	own := newFakeOwnership(false)
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{
+			newProvider("git", bareRepo),
+			newTarget("web", "git", "main", "clusters/web"),
+			newRule("cms", "web", rule([]string{""}, []string{"configmaps"})),
+		},
+		secrets:   []runtime.Object{credsSecret()},
+		ownership: own,
+	})
+	key := testNS + "/git:main"
+
+	require.NoError(t, f.syncProvider("git"))
+	require.Empty(t, f.provider("git").Status.Conditions, "only the leader reports a GitProvider")
+	require.NoError(t, f.syncTarget("web"))
+	require.NoError(t, f.syncRule("cms"))
+	require.False(t, f.router.Routed(nn("web")))
+	require.Empty(t, f.sources.Cluster(testCluster).Streams())
+	require.Empty(t, f.target("web").Status.Conditions)
+	require.Empty(t, f.watchRule("cms").Status.Conditions)
+
+	own.own(key, true)
+	require.NoError(t, f.syncTarget("web"))
+	require.NoError(t, f.syncRule("cms"))
+	require.True(t, f.router.Routed(nn("web")))
+	require.NotEmpty(t, f.sources.Cluster(testCluster).Streams())
+	require.Equal(t, metav1.ConditionTrue, readyOf(f.target("web").Status.Conditions))
+	require.NotEmpty(t, f.watchRule("cms").Status.Conditions)
+	require.Contains(t, f.logs.String(), "this replica writes a branch now")
+
+	own.own(key, false)
+	before := f.target("web").Status
+	require.NoError(t, f.syncTarget("web"))
+	require.NoError(t, f.syncRule("cms"))
+	require.False(t, f.router.Routed(nn("web")))
+	require.Empty(t, f.sources.Cluster(testCluster).Streams())
+	require.Equal(t, before, f.target("web").Status, "the new owner writes it")
+	require.Contains(t, f.logs.String(), "another replica writes a branch now")
+}
+
+func readyOf(conds []metav1.Condition) metav1.ConditionStatus {
+	for _, c := range conds {
+		if c.Type == v1alpha1.ConditionReady {
+			return c.Status
+		}
+	}
+	return ""
+}
