@@ -261,8 +261,8 @@ type treeBuilder struct {
 	// looked, when set, keeps the trees read by lookups (fileAt, subtree) during one
 	// materialization, so many changes under one directory parse it once.
 	looked map[plumbing.Hash]*parsedTree
-	// writer is the epoch every commit is signed with (writer.go); 0 for none.
-	writer int64
+	// writer is the trailer every commit is signed with (writer.go); "" for none.
+	writer string
 }
 
 // lookup is tree for reading only, memoised for the materialization.
@@ -776,7 +776,7 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	if p.request != nil {
 		p.message = p.request.commitMessage(p.message)
 	}
-	p.message += writerTrailer(tb.writer)
+	p.message += tb.writer
 	tree, err := tb.apply(base, root)
 	if err != nil {
 		return plumbing.ZeroHash, false, err

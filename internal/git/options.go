@@ -148,6 +148,9 @@ type Options struct {
 	// (WriterEpochs.Next): every commit it makes carries it, and it gives the branch up when it
 	// finds a commit of a newer epoch there (writer.go). Nil: no epoch, no such check.
 	WriterEpoch func(ctx context.Context) (int64, error)
+	// WriterSlot names what the worker writes among the writers of its branch, in its commits'
+	// writer trailer: its GitProvider ("<namespace>/<name>"). Required with WriterEpoch.
+	WriterSlot string
 	// OnSuperseded is called, from the worker goroutine, when the worker gave its branch up to
 	// a writer of a newer epoch; Run returns then. It must not block.
 	OnSuperseded func(newer int64)

@@ -37,9 +37,9 @@ func (w *Worker) open(ctx context.Context) error {
 		return err
 	}
 	if w.epoch > 0 && !tip.IsZero() {
-		if c, err := object.GetCommit(store, tip); err == nil && commitEpoch(c.Message) > w.epoch {
+		if c, err := object.GetCommit(store, tip); err == nil && commitEpoch(c.Message, w.opts.WriterSlot) > w.epoch {
 			w.store = store // read by nothing more: the worker stops
-			w.supersede(commitEpoch(c.Message))
+			w.supersede(commitEpoch(c.Message, w.opts.WriterSlot))
 			return errSuperseded
 		}
 	}

@@ -404,6 +404,15 @@ func (r *Router) Release(target types.NamespacedName) {
 	r.released[target] = struct{}{}
 }
 
+// Superseded reports whether the worker of provider's branch was superseded by a newer writer
+// (another replica) since the last ClearSuperseded.
+func (r *Router) Superseded(provider types.NamespacedName, branch string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, lost := r.superseded[workerKey{provider: provider, branch: branch}]
+	return lost
+}
+
 // ClearSuperseded forgets which branches were taken over by a newer writer: the ownership view
 // changed, so Route may start their workers again (with a newer epoch).
 func (r *Router) ClearSuperseded() {
@@ -590,6 +599,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		OnCloseAccepted:   r.closeAccepted,
 		OnReplay:          func(req ReplayRequest) { r.onReplay(k, req) },
 		WriterEpoch:       r.writerEpoch(k),
+		WriterSlot:        k.provider.String(),
 		OnSuperseded:      func(newer int64) { r.onSuperseded(rw, newer) },
 	})
 	if err != nil {

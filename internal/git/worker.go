@@ -602,7 +602,7 @@ func (w *Worker) accept(s submission) {
 func (w *Worker) windowOpen() bool { return w.win != nil && time.Now().Before(w.win.deadline) }
 
 func (w *Worker) builder() treeBuilder {
-	return treeBuilder{s: w.store, trees: w.trees, writer: w.epoch}
+	return treeBuilder{s: w.store, trees: w.trees, writer: writerTrailer(w.opts.WriterSlot, w.epoch)}
 }
 
 func (w *Worker) committer() object.Signature {

@@ -18,8 +18,11 @@ import (
 // A branch has one writer at a time: the replica that owns it (internal/ownership). Views of who
 // owns what still differ for moments (a paused process, a partition, a rolling update), so two
 // workers may write one branch at once. Every worker therefore starts with a writer epoch, one
-// more than the branch's last (a Redis counter), and signs each commit it makes with it (the
-// trailer Kubescribe-Writer). A push is never forced, so two writers meet on the remote: the one
+// more than the last of its writer slot (a Redis counter), and signs each commit it makes with
+// the slot and the epoch (the trailer Kubescribe-Writer: "<provider namespace>/<name> <epoch>").
+// A slot is a GitProvider's branch, what one worker writes: two GitProviders naming one
+// repository write one branch through two slots (their own folders), and never supersede each
+// other. A push is never forced, so two writers meet on the remote: the one
 // whose push is refused fetches, and a worker that finds a commit of a newer epoch on the branch
 // is superseded. It gives the branch up at once, pushes nothing more and drops what it holds:
 // nothing of it was pushed, so no resume cursor covers it, and the newer writer's streams hand
@@ -62,23 +65,29 @@ func (e *WriterEpochs) Next(ctx context.Context, provider types.NamespacedName, 
 	return n, nil
 }
 
-// writerTrailer is the trailer line of epoch, "" for none (a worker without epochs).
-func writerTrailer(epoch int64) string {
-	if epoch <= 0 {
+// writerTrailer is the trailer line of slot's epoch, "" for none (a worker without epochs).
+func writerTrailer(slot string, epoch int64) string {
+	if epoch <= 0 || slot == "" {
 		return ""
 	}
-	return WriterTrailer + ": " + strconv.FormatInt(epoch, 10) + "\n"
+	return WriterTrailer + ": " + slot + " " + strconv.FormatInt(epoch, 10) + "\n"
 }
 
-// commitEpoch reads the writer epoch of a commit's message: 0 without the trailer (someone
-// else's commit, or one made without epochs).
-func commitEpoch(message string) int64 {
+// commitEpoch reads the writer epoch of slot from a commit's message: 0 without its trailer
+// (someone else's commit, another slot's, or one made without epochs).
+func commitEpoch(message, slot string) int64 {
 	lines := strings.Split(strings.TrimRight(message, "\n"), "\n")
 	for i := len(lines) - 1; i >= 0 && lines[i] != ""; i-- {
-		if v, ok := strings.CutPrefix(lines[i], WriterTrailer+": "); ok {
-			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
-				return n
-			}
+		v, ok := strings.CutPrefix(lines[i], WriterTrailer+": ")
+		if !ok {
+			continue
+		}
+		s, e, _ := strings.Cut(strings.TrimSpace(v), " ")
+		if s != slot {
+			continue
+		}
+		if n, err := strconv.ParseInt(e, 10, 64); err == nil && n > 0 {
+			return n
 		}
 	}
 	return 0
@@ -86,7 +95,7 @@ func commitEpoch(message string) int64 {
 
 // ensureEpoch takes the worker's epoch before its first clone (Options.WriterEpoch).
 func (w *Worker) ensureEpoch(ctx context.Context) error {
-	if w.epoch > 0 || w.opts.WriterEpoch == nil {
+	if w.epoch > 0 || w.opts.WriterEpoch == nil || w.opts.WriterSlot == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
@@ -116,7 +125,7 @@ func (w *Worker) newerWriter(tip, stop plumbing.Hash, limit int) int64 {
 		if err != nil {
 			return false
 		}
-		if e := commitEpoch(c.Message); e > w.epoch {
+		if e := commitEpoch(c.Message, w.opts.WriterSlot); e > w.epoch {
 			newest = max(newest, e)
 		}
 		return true

@@ -14,27 +14,38 @@ import (
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
-func TestCommitEpochReadsTheTrailerBlockOnly(t *testing.T) {
+func TestCommitEpochReadsItsSlotsTrailerOnly(t *testing.T) {
+	const slot = "team-a/git"
 	for msg, want := range map[string]int64{
-		"update configmaps demo/a\n\nupdate core/configmaps demo/a resourceVersion=7\n\nKubescribe-User: alice\nKubescribe-Writer: 12\n": 12,
-		"Snapshot of 3 objects\n\nKubescribe-Attribution: snapshot\nKubescribe-Cluster: prod\n":                                          0,
-		"Kubescribe-Writer: 9\n\nsomeone's text after it\n":                                                                              0,
-		"x\n\nKubescribe-Writer: -3\n":   0,
-		"x\n\nKubescribe-Writer: many\n": 0,
-		"":                               0,
+		"update configmaps demo/a\n\nupdate core/configmaps demo/a resourceVersion=7\n\nKubescribe-User: alice\nKubescribe-Writer: team-a/git 12\n": 12,
+		"x\n\nKubescribe-Writer: team-b/git 40\nKubescribe-Writer: team-a/git 3\n":                                                                  3,
+		"x\n\nKubescribe-Writer: team-b/git 40\n":                                                                                                   0,
+		"Snapshot of 3 objects\n\nKubescribe-Attribution: snapshot\nKubescribe-Cluster: prod\n":                                                     0,
+		"Kubescribe-Writer: team-a/git 9\n\nsomeone's text after it\n":                                                                              0,
+		"x\n\nKubescribe-Writer: team-a/git -3\n":                                                                                                   0,
+		"x\n\nKubescribe-Writer: team-a/git many\n":                                                                                                 0,
+		"x\n\nKubescribe-Writer: 9\n":                                                                                                               0,
+		"":                                                                                                                                          0,
 	} {
-		require.Equal(t, want, commitEpoch(msg), "%q", msg)
+		require.Equal(t, want, commitEpoch(msg, slot), "%q", msg)
 	}
-	require.Equal(t, "", writerTrailer(0))
-	require.Equal(t, int64(4), commitEpoch("m\n\nKubescribe-User: a\n"+writerTrailer(4)))
+	require.Equal(t, "", writerTrailer(slot, 0))
+	require.Equal(t, "", writerTrailer("", 3))
+	require.Equal(t, int64(4), commitEpoch("m\n\nKubescribe-User: a\n"+writerTrailer(slot, 4), slot))
 }
 
 // epochWorker starts a worker on url with writer epoch epoch, a commit window of window, and a
 // record of its OnSuperseded calls.
 func epochWorker(t *testing.T, url string, epoch int64, window time.Duration) (*testWorker, *atomic.Int64) {
+	return slotWorker(t, url, "team-a/git", epoch, window)
+}
+
+// slotWorker is epochWorker for the writer slot slot.
+func slotWorker(t *testing.T, url, slot string, epoch int64, window time.Duration) (*testWorker, *atomic.Int64) {
 	t.Helper()
 	opts := testOptions(url)
 	opts.CommitWindow = window
+	opts.WriterSlot = slot
 	opts.WriterEpoch = func(context.Context) (int64, error) { return epoch, nil }
 	var newer atomic.Int64
 	opts.OnSuperseded = func(n int64) { newer.Store(n) }
@@ -61,7 +72,7 @@ func TestAStaleWriterGivesTheBranchUpToANewerOne(t *testing.T) {
 	require.Equal(t, int64(2), newer.Load())
 	require.NoError(t, old.stop(t), "a superseded worker returns without error")
 
-	require.Equal(t, []string{"bob 2", "alice 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+	require.Equal(t, []string{"bob team-a/git 2", "alice team-a/git 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
 	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 2")
 	require.Zero(t, old.Status().Pending)
 
@@ -84,8 +95,26 @@ func TestANewerWriterBuildsOnAnOlderOnesCommits(t *testing.T) {
 	next.waitPushed(t)
 	require.Zero(t, newer.Load())
 	require.False(t, next.Superseded())
-	require.Equal(t, []string{"bob 2", "alice 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+	require.Equal(t, []string{"bob team-a/git 2", "alice team-a/git 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
 	require.ElementsMatch(t, []string{"team/demo/core/configmaps/app.yaml", "team/demo/core/configmaps/db.yaml"}, gitFiles(t, gitDir, "main"))
+}
+
+// Two GitProviders naming one repository write one branch through two writer slots: however
+// their epochs compare, neither gives the branch up to the other.
+func TestWritersOfTwoSlotsShareABranch(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	a, aLost := slotWorker(t, url, "team-a/git", 9, 10*time.Millisecond)
+	b, bLost := slotWorker(t, url, "team-b/git", 1, 10*time.Millisecond)
+	for i, name := range []string{"one", "two", "three"} {
+		a.Submit("team-a", by("alice", "a"+name, cmChange(watch.OpCreate, "demo", name, "1")))
+		a.waitPushed(t)
+		b.Submit("team-b", by("bob", "b"+name, cmChange(watch.OpCreate, "demo", name, "1")))
+		b.waitPushed(t)
+		require.Len(t, gitLog(t, gitDir, "main", "%H"), 2*(i+1))
+	}
+	require.False(t, a.Superseded())
+	require.False(t, b.Superseded())
+	require.Zero(t, aLost.Load()+bLost.Load())
 }
 
 // A writer whose first clone finds a newer writer's commit at the tip gives up before it
@@ -137,7 +166,7 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 	a.Deliver(by("alice", "a3", cmChange(watch.OpUpdate, "demo", "app", "3")))
 	require.Equal(t, 0.0, testutil.ToFloat64(metrics.unrouted))
 	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.released), 1.0)
-	require.Equal(t, []string{"bob 2", "alice 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+	require.Equal(t, []string{"bob team-a/git 2", "alice team-a/git 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
 
 	// The view changed and a owns the branch again: a newer epoch than b's.
 	a.ClearSuperseded()
@@ -146,5 +175,5 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(gitLog(t, gitDir, "main", "%H")) == 3
 	}, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, "carol 3", gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)")[0])
+	require.Equal(t, "carol team-a/git 3", gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)")[0])
 }
