@@ -258,6 +258,10 @@ func (m *Membership) TakeoverGap(key string) (time.Duration, bool) {
 	return max(0, m.opts.now().Sub(last)), true
 }
 
+// OwnerOf returns the member of members that owns key: what every replica computes from the
+// same view ("" for no member).
+func OwnerOf(key string, members []string) string { return rank(key, members) }
+
 // rank returns the member of members that ranks highest for key ("" for none).
 func rank(key string, members []string) string {
 	best, bestScore := "", uint64(0)
