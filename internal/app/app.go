@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/declared"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/ownership"
 	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 	"github.com/kubescribe/kubescribe/internal/selftls"
 	"github.com/kubescribe/kubescribe/internal/watch"
@@ -70,6 +73,8 @@ type App struct {
 	sources    *watch.Registry
 	router     *git.Router
 	controller *controller.Controller
+	// membership shares the branches among the replicas (Coordination leases); nil with none.
+	membership *ownership.Membership
 
 	// tls serves the listeners' certificates and client CAs, reloaded when they change.
 	tls *listenerTLS
@@ -192,7 +197,14 @@ func New(opts Options) (_ *App, err error) {
 	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors,
-		Closes: git.NewCloseStore(a.rdb, prefix)})
+		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix)})
+	var owners controller.Ownership
+	if opts.Coordination == CoordinationLeases {
+		if a.membership, err = a.newMembership(kube); err != nil {
+			return nil, err
+		}
+		owners = a.membership
+	}
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
 		Render:           declared.Manifest,
 		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
@@ -230,6 +242,8 @@ func New(opts Options) (_ *App, err error) {
 		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
 		Cursors:                       cursors,
 		InFlight:                      a.joiner.InFlight,
+		Ownership:                     owners,
+		Handovers:                     ownership.NewHandovers(opts.Registry),
 	})
 	if err != nil {
 		return nil, err
@@ -594,6 +608,14 @@ func (a *App) Run(ctx context.Context) error {
 		a.serve("metrics server", a.metricsSrv, serveErr, func() error { return a.metricsSrv.ServeTLS(a.metricsLn, "", "") })
 	}
 
+	if a.membership != nil {
+		// Left after the git workers pushed what they hold (a stop runs before those
+		// registered earlier): the other replicas take this one's branches over then, at once.
+		memberCtx, leave := context.WithCancel(bg)
+		memberDone := make(chan struct{})
+		go func() { defer close(memberDone); _ = a.membership.Run(memberCtx) }()
+		a.life.onStop("replica membership", func(context.Context) error { leave(); <-memberDone; return nil })
+	}
 	a.router.Start(bg)
 	a.life.onStop("git workers", a.router.Stop)
 
@@ -651,6 +673,13 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	}
 	a.ready.Store(false)
+	// The apiserver keeps its connections to the audit and admission endpoints open: each is
+	// closed after its next answer from now on, so that the apiserver's next batch or review
+	// opens a new one, which its Service sends to a replica that is still ready.
+	a.auditSrv.SetKeepAlivesEnabled(false)
+	if a.admissionSrv != nil {
+		a.admissionSrv.SetKeepAlivesEnabled(false)
+	}
 	a.log.Info("shutting down", "timeout", a.opts.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(bg, a.opts.ShutdownTimeout)
 	defer cancel()
@@ -714,4 +743,34 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
 	}
 	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
+}
+
+// inClusterNamespaceFile holds the namespace of the Pod's ServiceAccount.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// newMembership builds this replica's membership: its name and the Leases' namespace from the
+// options, else from the Pod (the Downward API's POD_NAME and POD_NAMESPACE, the
+// ServiceAccount's namespace), else the host name and "kubescribe".
+func (a *App) newMembership(kube kubernetes.Interface) (*ownership.Membership, error) {
+	o := a.opts
+	name := cmp.Or(o.ReplicaName, os.Getenv("POD_NAME"))
+	if name == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("naming this replica (--replica-name): %w", err)
+		}
+		name = strings.ToLower(host)
+	}
+	ns := cmp.Or(o.CoordinationNamespace, os.Getenv("POD_NAMESPACE"))
+	if ns == "" {
+		if b, err := os.ReadFile(inClusterNamespaceFile); err == nil {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	ns = cmp.Or(ns, "kubescribe")
+	return ownership.New(ownership.Options{
+		Client: kube, Namespace: ns, Identity: name,
+		LeaseDuration: o.LeaseDuration, RenewDeadline: o.LeaseRenewDeadline, RenewInterval: o.LeaseRenewInterval,
+		Logger: a.log, Registerer: o.Registry,
+	})
 }

@@ -22,8 +22,15 @@ import (
 	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/ownership"
 	"github.com/kubescribe/kubescribe/internal/selftls"
 	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// Coordination modes (Options.Coordination).
+const (
+	CoordinationLeases = "leases"
+	CoordinationNone   = "none"
 )
 
 // Options configure kubescribe. Start from DefaultOptions.
@@ -188,6 +195,20 @@ type Options struct {
 	DiscoveryRefresh time.Duration
 	// ControllerWorkers is the number of reconcile workers.
 	ControllerWorkers int
+
+	// Coordination is how replicas share the work: CoordinationLeases (each replica keeps a
+	// member Lease; the branches are shared among the live ones, internal/ownership) or
+	// CoordinationNone (this process writes every branch and runs every singleton: run exactly
+	// one).
+	Coordination string
+	// CoordinationNamespace holds the Leases; empty: $POD_NAMESPACE, else the namespace of the
+	// in-cluster ServiceAccount, else "kubescribe".
+	CoordinationNamespace string
+	// ReplicaName names this replica among the others (its member Lease); empty: $POD_NAME,
+	// else the host name. Unique among the replicas.
+	ReplicaName string
+	// LeaseDuration, LeaseRenewDeadline and LeaseRenewInterval time the Leases (ownership).
+	LeaseDuration, LeaseRenewDeadline, LeaseRenewInterval time.Duration
 	// AllowRemoteKubeconfigExec accepts GitTarget kubeconfigs (spec.sourceCluster) that run an
 	// exec or auth-provider plugin; refused by default.
 	AllowRemoteKubeconfigExec bool
@@ -239,6 +260,11 @@ func DefaultOptions() Options {
 		FactTTL:                             attribution.DefaultFactTTL,
 		ShutdownTimeout:                     30 * time.Second,
 		ControllerWorkers:                   2,
+
+		Coordination:       CoordinationLeases,
+		LeaseDuration:      ownership.DefaultLeaseDuration,
+		LeaseRenewDeadline: ownership.DefaultRenewDeadline,
+		LeaseRenewInterval: ownership.DefaultRenewInterval,
 	}
 }
 
@@ -250,6 +276,19 @@ func (o *Options) Validate() error {
 	}
 	if !audit.ValidRoute(o.ClusterName) {
 		bad("ClusterName", "%q must be a DNS label (lower-case letters, digits and '-')", o.ClusterName)
+	}
+	switch o.Coordination {
+	case CoordinationLeases:
+		if !(0 < o.LeaseRenewInterval && o.LeaseRenewInterval < o.LeaseRenewDeadline && o.LeaseRenewDeadline < o.LeaseDuration) {
+			bad("LeaseDuration", "(%s), LeaseRenewDeadline (%s) and LeaseRenewInterval (%s) must be positive, the interval below the deadline below the duration",
+				o.LeaseDuration, o.LeaseRenewDeadline, o.LeaseRenewInterval)
+		}
+		if o.LeaseDuration%time.Second != 0 {
+			bad("LeaseDuration", "%s must be whole seconds (a Lease counts seconds)", o.LeaseDuration)
+		}
+	case CoordinationNone:
+	default:
+		bad("Coordination", "%q must be %q or %q", o.Coordination, CoordinationLeases, CoordinationNone)
 	}
 	if strings.Trim(o.RedisAddr, ", ") == "" {
 		bad("RedisAddr", "is required: attribution facts are kept in Redis")
