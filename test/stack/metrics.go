@@ -29,7 +29,12 @@ const MetricsReader = "kubescribe-e2e-prometheus"
 // GetMetrics reads MetricsURL as Prometheus does, over TLS verified with the control plane's
 // CA, with token as its bearer token ("" for none). It returns the status code and the body.
 func (s *Stack) GetMetrics(token string) (int, []byte, error) {
-	req, err := http.NewRequest(http.MethodGet, s.MetricsURL, nil)
+	return s.getMetrics(s.MetricsURL, token)
+}
+
+// getMetrics reads the /metrics at url (a replica's) as GetMetrics does.
+func (s *Stack) getMetrics(url, token string) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -48,13 +53,15 @@ func (s *Stack) GetMetrics(token string) (int, []byte, error) {
 // ScrapeMetrics reads kubescribe's /metrics with MetricsToken into its samples, by their whole
 // name: "name" or "name{labels}". Comments, and samples that are not a number (NaN), are left
 // out.
-func (s *Stack) ScrapeMetrics() (map[string]float64, error) {
-	code, b, err := s.GetMetrics(s.MetricsToken)
+func (s *Stack) ScrapeMetrics() (map[string]float64, error) { return s.scrapeMetrics(s.MetricsURL) }
+
+func (s *Stack) scrapeMetrics(url string) (map[string]float64, error) {
+	code, b, err := s.getMetrics(url, s.MetricsToken)
 	if err != nil {
 		return nil, err
 	}
 	if code != http.StatusOK {
-		return nil, fmt.Errorf("%s: HTTP %d: %s", s.MetricsURL, code, bytes.TrimSpace(b))
+		return nil, fmt.Errorf("%s: HTTP %d: %s", url, code, bytes.TrimSpace(b))
 	}
 	return ParseMetrics(b), nil
 }

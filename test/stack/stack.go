@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -102,6 +103,12 @@ type Stack struct {
 
 	// admissionAddr is kept across restarts, so the webhook registration stays valid.
 	admissionAddr string
+	// The replicas of StartReplicas, by name, behind auditLB and admissionLB; serverBin runs
+	// them.
+	replicasMu           sync.Mutex
+	replicas             map[string]*Replica
+	auditLB, admissionLB *controlplane.Balancer
+	serverBin            string
 	// AttributionSource is kubescribe's --attribution-source from its next start on; "" is
 	// the default.
 	AttributionSource string
@@ -126,7 +133,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig, AttributionSource: opts.AttributionSource}
+	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig, AttributionSource: opts.AttributionSource,
+		replicas: map[string]*Replica{}}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -277,35 +285,9 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	grace := s.grace
-	if grace <= 0 {
-		grace = app.DefaultOptions().AttributionGrace
-	}
-	cmd := exec.Command(bin,
-		"--kubeconfig="+cp.KubeconfigPath("kubescribe"),
-		"--redis-addr="+cp.RedisAddr,
-		"--audit-listen-address="+cp.Audit.ListenAddr,
-		"--ops-listen-address="+opsAddr, "--metrics-listen-address="+metricsAddr,
-		"--tls-cert-file="+cp.Audit.CertFile, "--tls-private-key-file="+cp.Audit.KeyFile,
-		"--audit-client-ca-file="+cp.Audit.ClientCAFile, "--audit-token-file="+cp.Audit.TokenFile,
-		// The CommitRequest webhook on the address it was registered with (disabled when no
-		// in-process kubescribe ran before to pick one).
-		"--admission-listen-address="+s.admissionAddr, "--admission-client-ca-file="+cp.Admission.ClientCAFile,
-		"--shutdown-timeout=20s", "--attribution-grace="+grace.String(),
-		"--log-format=json", "--log-level=debug")
-	if s.AttributionSource != "" {
-		cmd.Args = append(cmd.Args, "--attribution-source="+s.AttributionSource)
-	}
-	if s.Sentinel != nil {
-		cmd.Args = append(cmd.Args, "--redis-addr="+s.Sentinel.Addr, "--redis-master-name="+controlplane.SentinelMasterName)
-	}
-	if t := cp.RedisTLS; t != nil {
-		cmd.Args = append(cmd.Args, "--redis-ca-file="+t.CAFile, "--redis-cert-file="+t.CertFile, "--redis-key-file="+t.KeyFile,
-			"--redis-server-name="+controlplane.RedisServerName)
-	}
-	for cn, routes := range cp.Audit.CertRoutes {
-		cmd.Args = append(cmd.Args, "--audit-client-cert-routes="+cn+"="+strings.Join(routes, ","))
-	}
+	// The CommitRequest webhook on the address it was registered with (disabled when no
+	// in-process kubescribe ran before to pick one).
+	cmd := exec.Command(bin, s.processArgs(cp.Audit.ListenAddr, s.admissionAddr, opsAddr, metricsAddr)...)
 	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", bin, err)
@@ -314,6 +296,41 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	s.done = make(chan error, 1)
 	go func() { s.done <- cmd.Wait() }()
 	return s.waitReady(ctx)
+}
+
+// processArgs are the flags of a kubescribe process of the stack listening on the given
+// addresses, with the settings StartKubescribe uses.
+func (s *Stack) processArgs(auditAddr, admissionAddr, opsAddr, metricsAddr string) []string {
+	cp := s.ControlPlane
+	grace := s.grace
+	if grace <= 0 {
+		grace = app.DefaultOptions().AttributionGrace
+	}
+	args := []string{
+		"--kubeconfig=" + cp.KubeconfigPath("kubescribe"),
+		"--redis-addr=" + cp.RedisAddr,
+		"--audit-listen-address=" + auditAddr,
+		"--ops-listen-address=" + opsAddr, "--metrics-listen-address=" + metricsAddr,
+		"--tls-cert-file=" + cp.Audit.CertFile, "--tls-private-key-file=" + cp.Audit.KeyFile,
+		"--audit-client-ca-file=" + cp.Audit.ClientCAFile, "--audit-token-file=" + cp.Audit.TokenFile,
+		"--admission-listen-address=" + admissionAddr, "--admission-client-ca-file=" + cp.Admission.ClientCAFile,
+		"--shutdown-timeout=20s", "--attribution-grace=" + grace.String(),
+		"--log-format=json", "--log-level=debug",
+	}
+	if s.AttributionSource != "" {
+		args = append(args, "--attribution-source="+s.AttributionSource)
+	}
+	if s.Sentinel != nil {
+		args = append(args, "--redis-addr="+s.Sentinel.Addr, "--redis-master-name="+controlplane.SentinelMasterName)
+	}
+	if t := cp.RedisTLS; t != nil {
+		args = append(args, "--redis-ca-file="+t.CAFile, "--redis-cert-file="+t.CertFile, "--redis-key-file="+t.KeyFile,
+			"--redis-server-name="+controlplane.RedisServerName)
+	}
+	for cn, routes := range cp.Audit.CertRoutes {
+		args = append(args, "--audit-client-cert-routes="+cn+"="+strings.Join(routes, ","))
+	}
+	return args
 }
 
 // RunsProcess reports whether kubescribe runs as a process of its own
@@ -362,7 +379,7 @@ func (s *Stack) StopKubescribe() error {
 
 // Stop stops kubescribe gracefully, then the control plane.
 func (s *Stack) Stop() error {
-	errs := []error{s.StopKubescribe()}
+	errs := []error{s.stopReplicas(), s.StopKubescribe()}
 	if s.Sentinel != nil {
 		errs = append(errs, s.Sentinel.Stop())
 	}
@@ -374,19 +391,34 @@ func (s *Stack) Stop() error {
 
 // LogPaths adds kubescribe's log to the control plane's.
 func (s *Stack) LogPaths() []string {
-	return append(s.ControlPlane.LogPaths(), s.LogPath)
+	paths := append(s.ControlPlane.LogPaths(), s.LogPath)
+	s.replicasMu.Lock()
+	for _, r := range s.replicas {
+		paths = append(paths, r.LogPath)
+	}
+	s.replicasMu.Unlock()
+	return paths
 }
 
 // DumpLogs writes the tail of every log, kubescribe's included.
 func (s *Stack) DumpLogs(w io.Writer, tailLines int) {
 	s.ControlPlane.DumpLogs(w, tailLines)
-	if s.LogPath != "" {
-		b, _ := os.ReadFile(s.LogPath)
+	paths := []string{s.LogPath}
+	s.replicasMu.Lock()
+	for _, r := range s.replicas {
+		paths = append(paths, r.LogPath)
+	}
+	s.replicasMu.Unlock()
+	for _, path := range paths {
+		if path == "" {
+			continue
+		}
+		b, _ := os.ReadFile(path)
 		lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
 		if len(lines) > tailLines {
 			lines = lines[len(lines)-tailLines:]
 		}
-		fmt.Fprintf(w, "==> %s <==\n%s\n", s.LogPath, bytes.Join(lines, []byte("\n")))
+		fmt.Fprintf(w, "==> %s <==\n%s\n", path, bytes.Join(lines, []byte("\n")))
 	}
 }
 
@@ -512,6 +544,15 @@ func (s *Stack) grantTestUser(ctx context.Context, kube kubernetes.Interface, ro
 		if _, err := kube.RbacV1().ClusterRoles().Create(ctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
+	}
+	// The member and leader Leases (deploy/base/rbac.yaml's Role kubescribe-leases).
+	_, err = kube.RbacV1().RoleBindings("kubescribe").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubescribe-test-user-leases", Namespace: "kubescribe"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "kubescribe-leases"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "kubescribe"}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
 	bindings := map[string]string{"kubescribe-test-user": "kubescribe", "kubescribe-test-user-webhook": webhookRole.Name,
 		"kubescribe-test-user-read-everything": TestUserMirrorRole}
