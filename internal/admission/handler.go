@@ -245,7 +245,7 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
 		h.log.Debug("attribution review refused: the in-flight body budget is spent", "route", route, "contentLength", r.ContentLength,
 			"budget", h.opts.InFlightBytes)
 		w.Header().Set("Retry-After", "1")
-		discardBody(w, r, h.opts.MaxBodyBytes, h.opts.BodyWait)
+		discardBody(w, r, h.opts.MaxBodyBytes, discardWait)
 		http.Error(w, fmt.Sprintf("too many review bytes in flight (budget %d bytes); retry", h.opts.InFlightBytes), http.StatusTooManyRequests)
 		return
 	}
@@ -367,6 +367,12 @@ func (h *Handler) store(ctx context.Context, batch []Candidate) {
 	}
 	h.opts.Metrics.reviews.WithLabelValues(resultRecorded).Add(float64(len(batch)))
 }
+
+// discardWait bounds how long a refused review's body is read and dropped. Reading it keeps no
+// memory, so the bound is not the in-flight wait (BodyWait) but one a loaded sender (a flood
+// of 1 MB reviews on two busy cores) still meets; the server's read timeout bounds a slower one
+// anyway.
+const discardWait = 5 * time.Second
 
 // discardBody reads and drops what is left of r's body, at most limit bytes and for at most
 // wait, through a small buffer (nothing of it is kept), before a refusal is written. A server
