@@ -23,9 +23,12 @@ import (
 //	P:wait:<route>:<uid>:rv:<resourceVersion>  when a change the apiserver may still explain was
 //	P:wait:<route>:<uid>:delete                first seen waiting for its fact (Unix ms), so that
 //	                                           a restart does not start its wait over
-//	P:delivered:<route>                        when a batch of the route was last stored (Unix ms,
-//	                                           recorded at most every 30s per process; expires
-//	                                           after audit.RouteHistoryWindow): audit.RouteHistory
+//	P:delivered:<route>                        when a batch of the route was last stored, by any
+//	                                           replica (Unix ms, written at most once a second per
+//	                                           process, the newest always; expires after
+//	                                           audit.RouteHistoryWindow): audit.RouteHistory
+//	P:deliveryfailed:<route>                   when a batch of the route last failed to be stored
+//	                                           (Unix ms, best effort; expires after 10m)
 //
 // Several facts can claim one key. A no-op patch or apply answers with the unchanged
 // resourceVersion; the patch that removes the last finalizer of an object held in deletion
@@ -187,17 +190,37 @@ func (s *Store) RecordDelivery(ctx context.Context, route string, t time.Time) e
 	return s.rdb.Set(ctx, s.prefix.Key("delivered", route), t.UnixMilli(), audit.RouteHistoryWindow).Err()
 }
 
-// DeliveredSince reports whether a batch of route was stored at or after since, by any process
-// sharing this Redis (audit.RouteHistory).
-func (s *Store) DeliveredSince(ctx context.Context, route string, since time.Time) (bool, error) {
-	v, err := s.rdb.Get(ctx, s.prefix.Key("delivered", route)).Int64()
+// LastDelivery returns when a batch of route was last stored, by any process sharing this Redis
+// (audit.RouteHistory); zero when none was in RouteHistoryWindow.
+func (s *Store) LastDelivery(ctx context.Context, route string) (time.Time, error) {
+	return s.lastTime(ctx, s.prefix.Key("delivered", route), "delivered")
+}
+
+// RecordFailure records that a batch of route could not be stored at t (audit.RouteHistory):
+// any process's changes observed up to audit.DeliverySlack before it wait for its retry. Kept
+// deliveryFailureTTL.
+func (s *Store) RecordFailure(ctx context.Context, route string, t time.Time) error {
+	return s.rdb.Set(ctx, s.prefix.Key("deliveryfailed", route), t.UnixMilli(), deliveryFailureTTL).Err()
+}
+
+// LastFailure returns when a batch of route last failed, zero when none did lately
+// (audit.RouteHistory).
+func (s *Store) LastFailure(ctx context.Context, route string) (time.Time, error) {
+	return s.lastTime(ctx, s.prefix.Key("deliveryfailed", route), "failed to deliver")
+}
+
+// deliveryFailureTTL is longer than any change waits for its fact.
+const deliveryFailureTTL = 10 * time.Minute
+
+func (s *Store) lastTime(ctx context.Context, key, what string) (time.Time, error) {
+	v, err := s.rdb.Get(ctx, key).Int64()
 	if errors.Is(err, redis.Nil) {
-		return false, nil
+		return time.Time{}, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading when route %s last delivered: %w", route, err)
+		return time.Time{}, fmt.Errorf("reading when a route last %s: %w", what, err)
 	}
-	return !time.UnixMilli(v).Before(since), nil
+	return time.UnixMilli(v), nil
 }
 
 // WaitingSince returns when a change of the object uid in cluster route (the write that

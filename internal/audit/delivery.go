@@ -11,36 +11,40 @@ import (
 // lags behind the write by milliseconds, by a second or so under heavy load.
 const DeliverySlack = 2 * time.Second
 
-// RouteHistoryWindow is how recently a route must have delivered a batch (to any process
-// sharing the history) to be expected to deliver again: a route that did is doubtful until this
-// process stores its first batch; one that never did (an apiserver whose audit webhook does not
-// point at kubescribe) is not, or every unexplained change of it would wait for nothing.
+// RouteHistoryWindow is how recently a route must have delivered a batch (to any replica) to be
+// expected to deliver again: one that never did (an apiserver whose audit webhook does not point
+// at kubescribe) is not doubtful, or every unexplained change of it would wait for nothing.
 const RouteHistoryWindow = 24 * time.Hour
 
-// RouteHistory keeps, across processes and restarts, when each route last delivered a batch;
-// internal/attribution's Store implements it in Redis.
+// RouteHistory keeps, across replicas and restarts, when each route last delivered a batch and
+// when a batch of it last failed; internal/attribution's Store implements it in Redis. Times
+// that were never recorded are zero.
 type RouteHistory interface {
 	RecordDelivery(ctx context.Context, route string, t time.Time) error
-	DeliveredSince(ctx context.Context, route string, since time.Time) (bool, error)
+	LastDelivery(ctx context.Context, route string) (time.Time, error)
+	RecordFailure(ctx context.Context, route string, t time.Time) error
+	LastFailure(ctx context.Context, route string) (time.Time, error)
 }
 
-// historyInterval is how often a process records a route's deliveries in the history.
-const historyInterval = 30 * time.Second
+// recordEvery is how often a process writes a route's newest delivery to the history: at most
+// once a second, the newest one always written (a trailing write).
+const recordEvery = time.Second
 
 // historyTimeout bounds one call to the history.
 const historyTimeout = 2 * time.Second
 
-// Deliveries remembers, per route, when the apiserver's audit deliveries to this process may
-// have failed. The apiserver's audit webhook retries a batch it could not deliver (any error,
-// k8s.io/apiserver plugin/pkg/audit/webhook) for up to about two minutes with its default
-// settings, so the fact of a change whose batch failed can still arrive long after the change.
-// Doubtful tells the join which changes to wait for that long.
+// Deliveries tells when the apiserver's audit deliveries of a route may be failing. The
+// apiserver's audit webhook retries a batch it could not deliver (any error, k8s.io/apiserver
+// plugin/pkg/audit/webhook) for up to about two minutes with its default settings, so the fact
+// of a change whose batch failed can still arrive long after the change. Doubtful tells the
+// join which changes to wait for that long.
 //
-// A route that delivered recently (RouteHistory) counts as failing until its first batch is
-// stored by this process (before that, the apiserver may not have reached it: a restart, a
-// Service without ready endpoints), and every route again whenever storing one of its batches
-// fails (the handler answers 503). Routes are only those an authenticated caller may post for,
-// so the map stays small.
+// Every replica stores the batches the apiserver happens to send it (its connection goes to one
+// replica at a time), and records them in the shared history; any replica's changes are judged
+// by it. A change is doubtful when the route delivered nothing, to any replica, since it was
+// observed (the apiserver cannot reach kubescribe, or its connection hangs on a replica that
+// stopped answering), or when a batch of the route failed (answered 503) at most DeliverySlack
+// before it. Routes are only those an authenticated caller may post for, so the maps stay small.
 type Deliveries struct {
 	history RouteHistory
 	now     func() time.Time
@@ -50,13 +54,15 @@ type Deliveries struct {
 }
 
 type deliveryState struct {
-	reached  bool      // a batch of the route was stored by this process
-	doubt    time.Time // the latest moment a delivery may have failed
-	recorded time.Time // when this process last recorded a delivery in the history
+	doubt     time.Time // the latest moment a delivery to this process may have failed
+	newest    time.Time // the newest delivery to this process
+	recorded  time.Time // the newest delivery written to the history
+	writing   bool      // a write of newest is scheduled
+	lastWrite time.Time // when the history was last written
 }
 
-// NewDeliveries returns a Deliveries that knows of no route yet. history may be nil: then a
-// route this process has not reached yet is never doubtful.
+// NewDeliveries returns a Deliveries that knows of no route yet. history may be nil: then only
+// this process's failed batches make a change doubtful.
 func NewDeliveries(history RouteHistory) *Deliveries {
 	return &Deliveries{history: history, now: time.Now, routes: map[string]*deliveryState{}}
 }
@@ -70,31 +76,41 @@ func (d *Deliveries) state(route string) *deliveryState {
 	return st
 }
 
-// Delivered records that a batch of route was stored at t.
+// Delivered records that a batch of route was stored at t, in the history within recordEvery.
 func (d *Deliveries) Delivered(route string, t time.Time) {
 	if d == nil {
 		return
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	st := d.state(route)
-	if !st.reached {
-		// Until now, the apiserver may have been failing to reach this process.
-		st.reached = true
-		if t.After(st.doubt) {
-			st.doubt = t
-		}
+	if t.After(st.newest) {
+		st.newest = t
 	}
-	record := d.history != nil && t.Sub(st.recorded) >= historyInterval
-	if record {
-		st.recorded = t
+	if d.history == nil || st.writing || !st.newest.After(st.recorded) {
+		return
 	}
+	st.writing = true
+	wait := recordEvery - d.now().Sub(st.lastWrite)
+	time.AfterFunc(max(0, wait), func() { d.record(route) }) // off the handler's path
+}
+
+// record writes route's newest delivery to the history, and schedules the next write if a
+// newer one came meanwhile.
+func (d *Deliveries) record(route string) {
+	d.mu.Lock()
+	st := d.state(route)
+	t := st.newest
 	d.mu.Unlock()
-	if record {
-		go func() { // best effort, off the handler's path
-			ctx, cancel := context.WithTimeout(context.Background(), historyTimeout)
-			defer cancel()
-			_ = d.history.RecordDelivery(ctx, route, t)
-		}()
+	ctx, cancel := context.WithTimeout(context.Background(), historyTimeout)
+	_ = d.history.RecordDelivery(ctx, route, t) // best effort: a missed write makes changes wait longer, no more
+	cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st.recorded, st.lastWrite, st.writing = t, d.now(), false
+	if st.newest.After(st.recorded) {
+		st.writing = true
+		time.AfterFunc(recordEvery, func() { d.record(route) })
 	}
 }
 
@@ -104,33 +120,52 @@ func (d *Deliveries) Failed(route string, t time.Time) {
 		return
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if st := d.state(route); t.After(st.doubt) {
 		st.doubt = t
 	}
+	d.mu.Unlock()
+	if d.history != nil {
+		go func() { // best effort: the failure is often Redis', whose write fails too
+			ctx, cancel := context.WithTimeout(context.Background(), historyTimeout)
+			defer cancel()
+			_ = d.history.RecordFailure(ctx, route, t)
+		}()
+	}
 }
 
-// Doubtful reports whether the batch holding the fact of a change of route observed at
-// observed may have failed, so that the apiserver may still be retrying it: the route delivered
-// recently but not yet to this process, or its first batch was stored, or one failed, at or
-// after DeliverySlack before the change. A history that cannot be read counts as doubtful.
+// Doubtful reports whether the batch holding the fact of a change of route observed at observed
+// may have failed, so that the apiserver may still be retrying it: a batch of the route failed
+// (in this process or, as recorded, another) at or after DeliverySlack before the change, or the
+// route delivered recently but nothing since the change. A history that cannot be read counts
+// as doubtful.
 func (d *Deliveries) Doubtful(route string, observed time.Time) bool {
 	if d == nil {
 		return false
 	}
+	since := observed.Add(-DeliverySlack)
 	d.mu.Lock()
 	st := d.routes[route]
-	reached := st != nil && st.reached
-	doubt := !reached && st != nil && !st.doubt.Before(observed.Add(-DeliverySlack))
-	if reached {
-		doubt = !st.doubt.Before(observed.Add(-DeliverySlack))
-	}
+	local := st != nil && !st.doubt.Before(since)
 	d.mu.Unlock()
-	if reached || doubt || d.history == nil {
-		return doubt
+	if local {
+		return true
+	}
+	if d.history == nil {
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), historyTimeout)
 	defer cancel()
-	recent, err := d.history.DeliveredSince(ctx, route, d.now().Add(-RouteHistoryWindow))
-	return err != nil || recent
+	failed, err := d.history.LastFailure(ctx, route)
+	if err != nil || !failed.Before(since) {
+		return true
+	}
+	last, err := d.history.LastDelivery(ctx, route)
+	switch {
+	case err != nil:
+		return true
+	case last.IsZero() || last.Before(d.now().Add(-RouteHistoryWindow)):
+		return false // never delivered (lately): nothing is on its way
+	default:
+		return last.Before(observed)
+	}
 }

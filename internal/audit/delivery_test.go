@@ -15,66 +15,89 @@ import (
 
 // history is an in-memory RouteHistory.
 type history struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	err  error
+	mu     sync.Mutex
+	last   map[string]time.Time
+	failed map[string]time.Time
+	err    error
 }
 
-func (h *history) RecordDelivery(_ context.Context, route string, t time.Time) error {
+func (h *history) set(m *map[string]time.Time, route string, t time.Time) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.last == nil {
-		h.last = map[string]time.Time{}
+	if *m == nil {
+		*m = map[string]time.Time{}
 	}
-	h.last[route] = t
+	(*m)[route] = t
 	return nil
 }
 
-func (h *history) DeliveredSince(_ context.Context, route string, since time.Time) (bool, error) {
+func (h *history) get(m map[string]time.Time, route string) (time.Time, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t, ok := h.last[route]
-	return ok && !t.Before(since), h.err
+	return m[route], h.err
 }
 
-func (h *history) recorded(route string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.last[route]
-	return ok
+func (h *history) RecordDelivery(_ context.Context, route string, t time.Time) error {
+	return h.set(&h.last, route, t)
 }
 
-// TestDeliveriesDoubtful: a route that delivered recently is doubtful until its first batch is
-// stored by this process, and again for the changes observed up to DeliverySlack before a
-// failed batch; a route that never delivered is not doubtful (nothing is on its way), unless one
-// of its batches failed; other routes are not affected.
+func (h *history) LastDelivery(_ context.Context, route string) (time.Time, error) {
+	return h.get(h.last, route)
+}
+
+func (h *history) RecordFailure(_ context.Context, route string, t time.Time) error {
+	return h.set(&h.failed, route, t)
+}
+
+func (h *history) LastFailure(_ context.Context, route string) (time.Time, error) {
+	return h.get(h.failed, route)
+}
+
+// TestDeliveriesDoubtful: a change is doubtful when its route delivered nothing, to any
+// replica, since the change (the apiserver cannot reach kubescribe, or hangs on a replica), or
+// when a batch of the route failed at most DeliverySlack before it, in this process or another;
+// a route that never delivered lately is not doubtful (nothing is on its way); other routes are
+// not affected.
 func TestDeliveriesDoubtful(t *testing.T) {
 	h := &history{}
 	d := NewDeliveries(h)
 	t0 := time.Now()
 	require.False(t, d.Doubtful("local", t0), "a route that never delivered: nothing to wait for")
+	require.NoError(t, h.RecordDelivery(context.Background(), "local", t0.Add(-2*RouteHistoryWindow)))
+	require.False(t, d.Doubtful("local", t0), "nor one that delivered only long ago")
 	require.NoError(t, h.RecordDelivery(context.Background(), "local", t0.Add(-time.Hour)))
-	require.True(t, d.Doubtful("local", t0), "it delivered to a process before: the apiserver may not reach this one yet")
+	require.True(t, d.Doubtful("local", t0), "it delivered before, nothing since the change: its batch may be failing")
 
-	d.Delivered("local", t0)
-	require.True(t, d.Doubtful("local", t0.Add(-time.Minute)), "a change before the first delivery may be in a failed batch")
-	require.False(t, d.Doubtful("local", t0.Add(DeliverySlack+time.Second)))
-	require.Eventually(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.last["local"].Equal(t0) }, 5*time.Second, time.Millisecond,
-		"the delivery is recorded in the history")
+	// Another replica stores a batch: recorded in the shared history, every replica's changes
+	// before it have had their chance.
+	other := NewDeliveries(h)
+	other.Delivered("local", t0.Add(time.Second))
+	require.Eventually(t, func() bool { return !d.Doubtful("local", t0) }, 5*time.Second, time.Millisecond,
+		"a delivery after the change, to another replica, is recorded and seen")
+	require.True(t, d.Doubtful("local", t0.Add(2*time.Second)), "nothing delivered since this one")
 
-	d.Delivered("local", t0.Add(time.Hour)) // later deliveries move nothing
-	require.False(t, d.Doubtful("local", t0.Add(DeliverySlack+time.Second)))
+	// Deliveries in a burst are written at most once a second, the newest always.
+	for i := range 50 {
+		other.Delivered("local", t0.Add(3*time.Second+time.Duration(i)*time.Millisecond))
+	}
+	require.Eventually(t, func() bool {
+		last, _ := h.LastDelivery(context.Background(), "local")
+		return last.Equal(t0.Add(3*time.Second + 49*time.Millisecond))
+	}, 5*time.Second, time.Millisecond)
 
 	d.Failed("local", t0.Add(2*time.Minute))
+	require.True(t, d.Doubtful("local", t0.Add(time.Second)), "observed before the failure")
 	require.True(t, d.Doubtful("local", t0.Add(2*time.Minute+DeliverySlack)), "observed within the slack after the failure")
-	require.True(t, d.Doubtful("local", t0.Add(time.Minute)), "observed before the failure")
-	require.False(t, d.Doubtful("local", t0.Add(2*time.Minute+DeliverySlack+time.Second)))
+	require.Eventually(t, func() bool { return other.Doubtful("local", t0.Add(time.Second)) }, 5*time.Second, time.Millisecond,
+		"the failure is shared with the other replicas")
 
 	require.False(t, d.Doubtful("remote", t0), "another route knows nothing of local's deliveries")
 	d.Failed("remote", t0)
 	require.True(t, d.Doubtful("remote", t0), "a route whose batch failed is doubtful, delivered before or not")
 
+	h.mu.Lock()
 	h.err = errors.New("redis down")
+	h.mu.Unlock()
 	require.True(t, d.Doubtful("tenant", t0), "a history that cannot be read is doubtful")
 
 	var none *Deliveries
@@ -95,10 +118,8 @@ func TestHandlerReportsDeliveries(t *testing.T) {
 		return rec.Code
 	}
 	require.Equal(t, http.StatusOK, post())
-	require.False(t, d.Doubtful("local", time.Now().Add(DeliverySlack+time.Second)))
-
 	observed := time.Now()
-	require.False(t, d.Doubtful("local", observed.Add(DeliverySlack+time.Second)))
+	require.False(t, d.Doubtful("local", observed.Add(DeliverySlack+time.Second)), "without a history only failures count")
 	th.store.mu.Lock()
 	th.store.err = errors.New("redis down")
 	th.store.mu.Unlock()
