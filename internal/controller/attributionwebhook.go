@@ -183,11 +183,8 @@ func (c *Controller) attributionWebhook() *attributionWebhookSync {
 	return &attributionWebhookSync{
 		kube: c.opts.Kube, opts: *c.opts.AttributionWebhook, log: c.log.With("webhook", admission.WebhookConfigurationName),
 		leads: c.leads,
-		streams: func() []watch.StreamSpec {
-			if src := c.opts.Sources.Cluster(c.opts.Cluster); src != nil {
-				return src.Streams()
-			}
-			return nil
-		},
+		// Every rule's streams, not only this replica's: the leader writes the configuration
+		// for all of them.
+		streams: c.wantedStreams,
 	}
 }

@@ -34,10 +34,7 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 	}
 	if !exists {
 		c.removeOwner(owner)
-		return nil
-	}
-	if !c.ownsTargetNamed(types.NamespacedName{Namespace: r.Spec.TargetRef.Namespace, Name: r.Spec.TargetRef.Name}) {
-		c.removeOwner(owner) // the owner of its GitTarget's branch watches for it
+		c.want(owner, nil)
 		return nil
 	}
 	before := r.Status.DeepCopy()
@@ -70,6 +67,11 @@ func (c *Controller) syncClusterRule(ctx context.Context, name types.NamespacedN
 		req.namespaces = slices.Sorted(slices.Values(r.Spec.Namespaces))
 		req.namespaces = slices.Compact(req.namespaces)
 		req.scope = fmt.Sprintf("in the namespaces [%s]", strings.Join(req.namespaces, ", "))
+	}
+	if !c.ownsTargetNamed(req.target) {
+		c.removeOwner(owner) // the owner of its GitTarget's branch watches for it
+		c.want(owner, c.resolveOnly(req))
+		return nil
 	}
 	out := c.evaluate(req)
 	out.apply(&r.Status.Conditions, r.Generation)

@@ -159,6 +159,9 @@ type Controller struct {
 	evaluated map[string]string
 	// owned holds the branches (branchKey) this replica writes.
 	owned map[string]struct{}
+	// wanted holds, per rule owner, the streams of the local cluster the rule asks for,
+	// whichever replica runs them: what the attribution webhook configuration covers.
+	wanted map[string][]watch.StreamSpec
 	// replayed holds, per GitTarget, the start-overs of its branch and the foreign edits of its
 	// folder last acted on (git.TargetStatus.StartOvers, ForeignEdits; replayIfLost).
 	replayed map[types.NamespacedName]replayMark
@@ -204,6 +207,7 @@ func New(opts Options) (*Controller, error) {
 		evaluated:     map[string]string{},
 		replayed:      map[types.NamespacedName]replayMark{},
 		owned:         map[string]struct{}{},
+		wanted:        map[string][]watch.StreamSpec{},
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {

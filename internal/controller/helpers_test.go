@@ -378,6 +378,8 @@ type fixtureConfig struct {
 	sourceProbeInterval time.Duration
 	// ownership is Options.Ownership (nil: a single replica).
 	ownership Ownership
+	// attributionWebhook is Options.AttributionWebhook.
+	attributionWebhook *AttributionWebhookOptions
 }
 
 type fixture struct {
@@ -471,6 +473,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		NewSourceClients:    cfg.sourceClients,
 		SourceProbeInterval: cmp.Or(cfg.sourceProbeInterval, time.Nanosecond),
 		Ownership:           cfg.ownership,
+		AttributionWebhook:  cfg.attributionWebhook,
 	})
 	require.NoError(t, err)
 	f.c = c

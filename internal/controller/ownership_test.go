@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -102,4 +103,33 @@ func readyOf(conds []metav1.Condition) metav1.ConditionStatus {
 		}
 	}
 	return ""
+}
+
+// The leader writes the attribution webhook configuration for the rules of every replica: a
+// replica that owns none of a rule's GitTarget still counts the resources it asks for.
+func TestEveryReplicaKnowsWhatEveryRuleWatches(t *testing.T) {
+	own := newFakeOwnership(true)
+	url := "https://kubescribe.example:9443"
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{
+			newProvider("git", bareRepo),
+			newTarget("web", "git", "main", "clusters/web"),
+			newRule("cms", "web", rule([]string{""}, []string{"configmaps"}, v1alpha1.OperationCreate)),
+		},
+		secrets:            []runtime.Object{credsSecret()},
+		ownership:          own,
+		attributionWebhook: &AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url}},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	require.NoError(t, f.syncTarget("web"))
+	require.NoError(t, f.syncRule("cms"))
+	require.Empty(t, f.sources.Cluster(testCluster).Streams(), "not owned: not watched here")
+	wanted := f.c.wantedStreams()
+	require.Len(t, wanted, 1)
+	require.Equal(t, "configmaps", wanted[0].GVR.Resource)
+	require.Equal(t, testNS, wanted[0].Namespace)
+
+	require.NoError(t, f.dyn.Resource(v1alpha1.WatchRulesResource).Namespace(testNS).Delete(f.ctx, "cms", metav1.DeleteOptions{}))
+	require.NoError(t, f.syncRule("cms"))
+	require.Empty(t, f.c.wantedStreams())
 }

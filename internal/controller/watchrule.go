@@ -26,21 +26,24 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 	}
 	if !exists {
 		c.removeOwner(owner)
+		c.want(owner, nil)
 		return nil
 	}
-	if !c.ownsTargetNamed(types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.TargetRef.Name}) {
-		c.removeOwner(owner) // the owner of its GitTarget's branch watches for it
-		return nil
-	}
-	before := r.Status.DeepCopy()
-	out := c.evaluate(ruleRequest{
+	req := ruleRequest{
 		owner:          owner,
 		target:         types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.TargetRef.Name},
 		rules:          r.Spec.Rules,
 		namespacedOnly: true,
 		namespaces:     []string{r.Namespace},
 		scope:          fmt.Sprintf("in namespace %q", r.Namespace),
-	})
+	}
+	if !c.ownsTargetNamed(req.target) {
+		c.removeOwner(owner) // the owner of its GitTarget's branch watches for it
+		c.want(owner, c.resolveOnly(req))
+		return nil
+	}
+	before := r.Status.DeepCopy()
+	out := c.evaluate(req)
 	out.apply(&r.Status.Conditions, r.Generation)
 	r.Status.Resources = out.resources
 	r.Status.ObservedGeneration = r.Generation
@@ -141,6 +144,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		if source != nil {
 			source.Remove(req.owner)
 		}
+		c.want(req.owner, nil)
 		return ruleOutcome{ready: metav1.ConditionFalse, reason: reason, msg: msg, recheck: recheck}
 	}
 	if req.invalid != "" {
@@ -188,25 +192,13 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		return out
 	}
 
-	namespaces := req.namespaces
-	if namespaces == nil {
-		namespaces = []string{""}
-	}
-	specs := make([]watch.StreamSpec, 0, len(res.Resources))
-	var resources []string
-	for _, rr := range res.Resources {
-		scopes := []string{""}
-		if rr.Namespaced {
-			scopes = namespaces
-		}
-		for _, ns := range scopes {
-			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
-				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: route.Stream})
-		}
-		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
-	}
-	slices.Sort(resources)
+	specs, resources := streamSpecs(req, res, route.Stream)
 	source.Set(req.owner, specs)
+	if cluster == c.opts.Cluster {
+		c.want(req.owner, specs)
+	} else {
+		c.want(req.owner, nil)
+	}
 
 	out := ruleOutcome{resources: resources}
 	list := strings.Join(resources, ", ")
@@ -234,6 +226,78 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	default:
 		out.ready, out.reason, out.recheck = metav1.ConditionTrue, v1alpha1.ReasonReady, targetRecheck
 		out.msg = fmt.Sprintf("watching %s %s%s", list, req.scope, where) + describeIgnored(res)
+	}
+	return out
+}
+
+// streamSpecs are the streams req's resolution res asks for, writing to destination, and the
+// resources they watch, formatted and sorted.
+func streamSpecs(req ruleRequest, res watch.Resolution, destination string) ([]watch.StreamSpec, []string) {
+	namespaces := req.namespaces
+	if namespaces == nil {
+		namespaces = []string{""}
+	}
+	specs := make([]watch.StreamSpec, 0, len(res.Resources))
+	var resources []string
+	for _, rr := range res.Resources {
+		scopes := []string{""}
+		if rr.Namespaced {
+			scopes = namespaces
+		}
+		for _, ns := range scopes {
+			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: destination})
+		}
+		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
+	}
+	slices.Sort(resources)
+	return specs, resources
+}
+
+// resolveOnly resolves, without watching anything, the streams of the local cluster req would
+// ask for if this replica owned its GitTarget: what the attribution webhook configuration,
+// which the leader writes for every replica, must cover. Nil when the rule asks for nothing
+// there (invalid, its target missing or on a remote cluster, nothing resolved).
+func (c *Controller) resolveOnly(req ruleRequest) []watch.StreamSpec {
+	if c.opts.AttributionWebhook == nil || req.invalid != "" || req.failed != "" {
+		return nil
+	}
+	var t v1alpha1.GitTarget
+	if exists, err := c.get(kindTarget, req.target, &t); err != nil || !exists || c.clusterOf(t.Spec.Destination()) != c.opts.Cluster {
+		return nil
+	}
+	source := c.opts.Sources.Cluster(c.opts.Cluster)
+	if source == nil {
+		return nil
+	}
+	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
+	if err != nil {
+		return nil
+	}
+	specs, _ := streamSpecs(req, res, "")
+	return specs
+}
+
+// want records the streams of the local cluster a rule asks for, whichever replica runs them
+// (nil: none).
+func (c *Controller) want(owner string, specs []watch.StreamSpec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(specs) == 0 {
+		delete(c.wanted, owner)
+		return
+	}
+	c.wanted[owner] = specs
+}
+
+// wantedStreams are the streams of the local cluster every rule asks for, whichever replica
+// runs them.
+func (c *Controller) wantedStreams() []watch.StreamSpec {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []watch.StreamSpec
+	for _, specs := range c.wanted {
+		out = append(out, specs...)
 	}
 	return out
 }
