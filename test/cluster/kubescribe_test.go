@@ -174,10 +174,10 @@ func mirror(ctx context.Context, t *testing.T, u *user) {
 }
 
 // rolloutRestart is `kubectl rollout restart deployment/kubescribe` while alice and bob keep
-// writing: every change made before, during (no kubescribe Pod at all: the Deployment's
-// strategy is Recreate) and after the rollout is committed, authored by its writer.
+// writing: the two replicas are replaced one at a time, a Ready one serving the audit
+// endpoint throughout, and every change made before, during and after the rollout is
+// committed, authored by its writer.
 func rolloutRestart(ctx context.Context, t *testing.T, u *user) {
-	old := kubescribePod(ctx, t, u.c)
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
 	if _, err := u.c.Client.AppsV1().Deployments("kubescribe").Patch(ctx, "kubescribe", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -190,35 +190,33 @@ func rolloutRestart(ctx context.Context, t *testing.T, u *user) {
 		writeConfigMap(ctx, t, bob, b, phase)
 		want[a], want[b] = "alice", "bob"
 	}
-	// Two writers, a pair of writes every half second, until the new Pod is Ready: some land
-	// while the old Pod drains, some while no Pod runs, some while the new one starts.
+	// Two writers, a pair of writes every half second, until the rollout is done: some land
+	// while an old Pod drains, some while a new one starts.
 	began, downtime := time.Now(), 0
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for i := 0; ; i++ {
-		ready, running := newPodReady(ctx, u.c, old.UID)
-		if !running {
+		if readyPods(ctx, u.c) == 0 {
 			downtime++
 		}
 		write(i, "during")
-		if ready {
+		if done, _ := rolledOut(ctx, u.c); done {
 			break
 		}
 		if time.Since(began) > 4*time.Minute {
-			t.Fatalf("no new kubescribe Pod Ready 4m after the restart")
+			t.Fatalf("kubescribe not rolled out 4m after the restart")
 		}
 		<-tick.C
 	}
-	waitRolledOut(ctx, t, u.c)
-	t.Logf("rolled out in %s; %d writes, %d pairs while no kubescribe Pod ran", time.Since(began).Round(100*time.Millisecond), len(want), downtime)
-	if downtime == 0 {
-		t.Errorf("no write was made while no kubescribe Pod ran")
+	t.Logf("rolled out in %s; %d writes, %d pairs while no kubescribe Pod was Ready", time.Since(began).Round(100*time.Millisecond), len(want), downtime)
+	if downtime > 0 {
+		t.Errorf("no kubescribe Pod was Ready during %d pairs of writes: the audit endpoint went away", downtime)
 	}
 	writeConfigMap(ctx, t, alice, "restart-alice-after", "after")
 	writeConfigMap(ctx, t, bob, "restart-bob-after", "after")
 	want["restart-alice-after"], want["restart-bob-after"] = "alice", "bob"
-	// The batches sent while no Pod listened come with the apiserver's retries, up to ~80 s
-	// later; the changes they explain wait for them (--attribution-resume-grace).
+	// A branch moves twice per replaced Pod (to the other replica, then to the new Pod when it
+	// ranks first); its new owner resumes from the cursors.
 	u.waitAuthors(ctx, t, 4*time.Minute, want)
 	t.Logf("every change of the rollout committed by its writer %s after the restart", time.Since(began).Round(100*time.Millisecond))
 }
@@ -446,38 +444,21 @@ func clientFor(t *testing.T, c *cluster.Cluster, name string) kubernetes.Interfa
 }
 
 // kubescribePod is kubescribe's one Pod.
-func kubescribePod(ctx context.Context, t *testing.T, c *cluster.Cluster) corev1.Pod {
-	t.Helper()
-	pods, err := c.Client.CoreV1().Pods("kubescribe").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubescribe"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("kubescribe's pods: %v %v", pods, err)
-	}
-	return pods.Items[0]
-}
-
-// newPodReady says whether a kubescribe Pod other than old is Ready, and whether any
-// kubescribe Pod's container is running.
-func newPodReady(ctx context.Context, c *cluster.Cluster, old types.UID) (ready, running bool) {
+// readyPods counts the kubescribe Pods that are Ready.
+func readyPods(ctx context.Context, c *cluster.Cluster) int {
 	pods, err := c.Client.CoreV1().Pods("kubescribe").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubescribe"})
 	if err != nil {
-		return false, true
+		return -1 // unknown: not counted as downtime
 	}
+	n := 0
 	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Running != nil {
-				running = true
-			}
-		}
-		if p.UID == old {
-			continue
-		}
 		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				ready = true
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+				n++
 			}
 		}
 	}
-	return ready, running
+	return n
 }
 
 // waitReady waits until kubescribe's object default/name of resource is Ready=True.

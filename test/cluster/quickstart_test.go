@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubescribe/kubescribe/test/cluster"
@@ -115,21 +117,30 @@ func applyOverlay(ctx context.Context, t *testing.T, c *cluster.Cluster, root, d
 }
 
 // waitRolledOut waits as `kubectl rollout status deployment/kubescribe` does: the newest
-// generation observed, its one replica updated and Ready, no other replica left.
+// generation observed, each of its replicas updated and Ready, no other replica left.
 func waitRolledOut(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	poll(ctx, t, 4*time.Minute, "Deployment kubescribe rolled out", func() error {
-		d, err := c.Client.AppsV1().Deployments("kubescribe").Get(ctx, "kubescribe", metav1.GetOptions{})
-		if err != nil {
+		if done, err := rolledOut(ctx, c); done || err != nil {
 			return err
 		}
-		s := d.Status
-		if s.ObservedGeneration != d.Generation || s.UpdatedReplicas != 1 || s.ReadyReplicas != 1 || s.Replicas != 1 {
-			return fmt.Errorf("generation %d observed %d, %d updated, %d ready, %d in all, conditions %v",
-				d.Generation, s.ObservedGeneration, s.UpdatedReplicas, s.ReadyReplicas, s.Replicas, s.Conditions)
-		}
-		return nil
+		return errors.New("not rolled out")
 	})
+}
+
+// rolledOut reports whether the Deployment kubescribe is rolled out (waitRolledOut); the error
+// says how it stands when it is not.
+func rolledOut(ctx context.Context, c *cluster.Cluster) (bool, error) {
+	d, err := c.Client.AppsV1().Deployments("kubescribe").Get(ctx, "kubescribe", metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	s, want := d.Status, ptr.Deref(d.Spec.Replicas, 1)
+	if s.ObservedGeneration != d.Generation || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.Replicas != want {
+		return false, fmt.Errorf("generation %d observed %d, %d of %d updated, %d ready, %d in all, conditions %v",
+			d.Generation, s.ObservedGeneration, s.UpdatedReplicas, want, s.ReadyReplicas, s.Replicas, s.Conditions)
+	}
+	return true, nil
 }
 
 // testKustomization is deploy/overlays/<overlay>'s kustomization.yaml with an images:
