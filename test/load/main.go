@@ -56,6 +56,7 @@ type options struct {
 	objectsPerWorker int
 	settle           time.Duration
 	keep             bool
+	replicas         int
 }
 
 func main() {
@@ -68,6 +69,7 @@ func main() {
 	flag.IntVar(&o.objectsPerWorker, "objects-per-worker", 10, "objects of each type each writer cycles through")
 	flag.DurationVar(&o.settle, "settle", 5*time.Minute, "how long to wait for the repository to catch up after the load")
 	flag.BoolVar(&o.keep, "keep", false, "keep the stack's directory (logs, repository) after the run")
+	flag.IntVar(&o.replicas, "replicas", 0, "run kubescribe as this many processes of cmd/server behind a balancer, coordinating through Leases, as the Deployment does; 0 runs one in the load's own process")
 	flag.Parse()
 	o.users = strings.Split(users, ",")
 	if err := run(o); err != nil {
@@ -104,6 +106,11 @@ func run(o options) (err error) {
 			fmt.Fprintln(os.Stderr, "load: stopping:", stopErr)
 		}
 	}()
+	if o.replicas > 0 {
+		if err := startReplicas(ctx, s, dir, o.replicas); err != nil {
+			return err
+		}
+	}
 	repoDir, err := s.Git.CreateRepo("load")
 	if err != nil {
 		return err
@@ -184,6 +191,9 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("    apiserver_audit_event_total:   %.0f (during the run: %.0f)\n", apiAfter.events, apiAfter.events-apiBefore.events)
 	fmt.Printf("    apiserver_audit_error_total:   %.0f (during the run: %.0f) %s\n", apiAfter.errors, apiAfter.errors-apiBefore.errors, apiAfter.errorDetail)
+	for _, r := range replicaRSS(s) {
+		fmt.Printf("    %s\n", r)
+	}
 	unresolved := ksAfter.sum("kubescribe_attribution_joins_total", `result="unresolved"`) - ksBefore.sum("kubescribe_attribution_joins_total", `result="unresolved"`)
 	resolved := ksAfter.sum("kubescribe_attribution_joins_total", `result="resolved"`) - ksBefore.sum("kubescribe_attribution_joins_total", `result="resolved"`)
 	fmt.Printf("    joins: resolved %.0f, unresolved %.0f\n", resolved, unresolved)
@@ -669,9 +679,67 @@ func apiserverAuditCounters(ctx context.Context, s *stack.Stack) (auditCounters,
 type metrics map[string]float64 // "name{labels}" -> value
 
 // scrape reads kubescribe's /metrics.
+// scrape reads kubescribe's metrics: the in-process one's, or the sum over the replicas.
 func scrape(s *stack.Stack) (metrics, error) {
-	m, err := s.ScrapeMetrics()
-	return metrics(m), err
+	rs := s.Replicas()
+	if len(rs) == 0 {
+		m, err := s.ScrapeMetrics()
+		return metrics(m), err
+	}
+	sum := metrics{}
+	for _, r := range rs {
+		m, err := r.ScrapeMetrics()
+		if err != nil {
+			return nil, fmt.Errorf("replica %s: %w", r.Name, err)
+		}
+		for k, v := range m {
+			sum[k] += v
+		}
+	}
+	return sum, nil
+}
+
+// startReplicas builds cmd/server and replaces the stack's kubescribe with n processes of it.
+func startReplicas(ctx context.Context, s *stack.Stack, dir string, n int) error {
+	root, err := stack.RepoRoot()
+	if err != nil {
+		return err
+	}
+	bin := path.Join(dir, "kubescribe-server")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/server")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/server: %w: %s", err, out)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("kubescribe-%d", i)
+	}
+	step("kubescribe as %d replicas behind a balancer: %s", n, strings.Join(names, ", "))
+	return s.StartReplicas(ctx, bin, names...)
+}
+
+// replicaRSS describes each replica's resident memory now and at its peak (VmRSS, VmHWM).
+func replicaRSS(s *stack.Stack) []string {
+	var out []string
+	for _, r := range s.Replicas() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.PID()))
+		if err != nil {
+			continue
+		}
+		var rss, peak string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				rss = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				peak = strings.TrimSpace(v)
+			}
+		}
+		out = append(out, fmt.Sprintf("replica %-14s RSS %s (peak %s)", r.Name, rss, peak))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // sum adds the series of metric name whose labels contain filter.

@@ -184,6 +184,27 @@ func (r *Replica) signal(sig syscall.Signal) error {
 	return r.cmd.Process.Signal(sig)
 }
 
+// PID is the replica's process id, 0 when it does not run.
+func (r *Replica) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+// Replicas returns the replicas started, in no order.
+func (s *Stack) Replicas() []*Replica {
+	s.replicasMu.Lock()
+	defer s.replicasMu.Unlock()
+	out := make([]*Replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		out = append(out, r)
+	}
+	return out
+}
+
 // Running reports whether the replica's process runs.
 func (r *Replica) Running() bool {
 	r.mu.Lock()
