@@ -37,10 +37,10 @@ case " ${GOFLAGS-} " in
 esac
 
 # The tests of test/e2e that kubescribe's restarts, kills and outages make wait for the
-# apiserver's retries (their times in docs/testing.md), and two that start a stack of their own
-# (Redis over TLS, Sentinel), which balance the lanes. A test renamed away from this list runs
-# in e2e-main: the two lanes together always run every test.
-E2E_RESTART_TESTS='^(TestOutageLongerThanTheRetryWindow|TestKilledDuringCreatesKeepsEveryAuthor|TestShutdownFinishesInFlightChanges|TestKilledMidStreamLosesNothing|TestCommitRequestSurvivesAKill|TestRestartResumesAndAttributes|TestRedisOverTLS|TestSentinelFailoverMidStream)$'
+# apiserver's retries (their times in docs/testing.md), and those that start a stack of their
+# own (Redis over TLS, Sentinel, the three-replica tests), which balance the lanes. A test
+# renamed away from this list runs in e2e-main: the two lanes together always run every test.
+E2E_RESTART_TESTS='^(TestOutageLongerThanTheRetryWindow|TestKilledDuringCreatesKeepsEveryAuthor|TestShutdownFinishesInFlightChanges|TestKilledMidStreamLosesNothing|TestCommitRequestSurvivesAKill|TestRestartResumesAndAttributes|TestRedisOverTLS|TestSentinelFailoverMidStream|TestReplicas.*)$'
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/kubescribe-test.XXXXXX") || exit 1
 failed=()
