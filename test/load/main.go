@@ -130,6 +130,10 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	redisBefore, err := redisStats(ctx, s)
+	if err != nil {
+		return err
+	}
 	ksBefore, err := scrape(s)
 	if err != nil {
 		return err
@@ -143,6 +147,10 @@ func run(o options) (err error) {
 	}
 	elapsed := res.elapsed.Seconds()
 	ksAfterLoad, err := scrape(s)
+	if err != nil {
+		return err
+	}
+	redisAfterLoad, err := redisStats(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -194,6 +202,14 @@ func run(o options) (err error) {
 	for _, r := range replicaRSS(s) {
 		fmt.Printf("    %s\n", r)
 	}
+	redisAfter, err := redisStats(ctx, s)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("    redis commands (load):         %.0f = %.0f/s\n", redisAfterLoad.commands-redisBefore.commands, (redisAfterLoad.commands-redisBefore.commands)/elapsed)
+	fmt.Printf("    redis memory:                  %.1f MiB before, %.1f MiB after the load, %.1f MiB settled\n",
+		redisBefore.memory/(1<<20), redisAfterLoad.memory/(1<<20), redisAfter.memory/(1<<20))
+	fmt.Printf("    redis keys after the load:     %s\n", redisAfterLoad.keysString())
 	unresolved := ksAfter.sum("kubescribe_attribution_joins_total", `result="unresolved"`) - ksBefore.sum("kubescribe_attribution_joins_total", `result="unresolved"`)
 	resolved := ksAfter.sum("kubescribe_attribution_joins_total", `result="resolved"`) - ksBefore.sum("kubescribe_attribution_joins_total", `result="resolved"`)
 	fmt.Printf("    joins: resolved %.0f, unresolved %.0f\n", resolved, unresolved)
@@ -785,4 +801,55 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// redisInfo is what the load reports of Redis: commands processed, memory used, keys by kind
+// (the second part of their name: fact, cursor, wait, ...).
+type redisInfo struct {
+	commands, memory float64
+	keys             map[string]int
+}
+
+func (r redisInfo) keysString() string {
+	var parts []string
+	for _, k := range sortedKeys(r.keys) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, r.keys[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// redisStats reads INFO and counts the keys by kind, with redis-cli.
+func redisStats(ctx context.Context, s *stack.Stack) (redisInfo, error) {
+	host, port, _ := strings.Cut(s.RedisAddr, ":")
+	cli := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "redis-cli", append([]string{"-h", host, "-p", port}, args...)...).Output()
+		return string(out), err
+	}
+	info, err := cli("INFO")
+	if err != nil {
+		return redisInfo{}, fmt.Errorf("redis-cli INFO: %w", err)
+	}
+	r := redisInfo{keys: map[string]int{}}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "total_commands_processed":
+			r.commands, _ = strconv.ParseFloat(v, 64)
+		case "used_memory":
+			r.memory, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	keys, err := cli("--scan", "--count", "1000")
+	if err != nil {
+		return redisInfo{}, fmt.Errorf("redis-cli --scan: %w", err)
+	}
+	for _, k := range strings.Fields(keys) {
+		parts := strings.SplitN(k, ":", 3)
+		kind := parts[0]
+		if len(parts) > 1 {
+			kind = parts[1]
+		}
+		r.keys[kind]++
+	}
+	return r, nil
 }
