@@ -64,14 +64,16 @@ func quickstart(ctx context.Context, t *testing.T, c *cluster.Cluster, dir strin
 
 	const ns = "kubescribe"
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubescribe"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("kubescribe's pods: %v %v", pods, err)
+	if err != nil || len(pods.Items) != 2 {
+		t.Fatalf("kubescribe's pods: want the Deployment's two, have %d (%v)", len(pods.Items), err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.ServiceAccountName != "kubescribe" || p.Status.ContainerStatuses[0].ImageID == "" {
+			t.Errorf("kubescribe Pod %s runs as %q, image %q", p.Name, p.Spec.ServiceAccountName, p.Status.ContainerStatuses[0].ImageID)
+		}
 	}
 	p := pods.Items[0]
-	if p.Spec.ServiceAccountName != "kubescribe" || p.Status.ContainerStatuses[0].ImageID == "" {
-		t.Errorf("kubescribe runs as %q, image %q", p.Spec.ServiceAccountName, p.Status.ContainerStatuses[0].ImageID)
-	}
-	t.Logf("kubescribe runs as ServiceAccount %s/%s, image %s (%s)", ns, p.Spec.ServiceAccountName,
+	t.Logf("kubescribe runs as two Pods of ServiceAccount %s/%s, image %s (%s)", ns, p.Spec.ServiceAccountName,
 		p.Status.ContainerStatuses[0].Image, p.Status.ContainerStatuses[0].ImageID)
 }
 

@@ -124,7 +124,11 @@ spec: {targetRef: {name: target}, rules: [{apiGroups: [""], resources: [configma
 		{Namespace: other, Verb: "list", Resource: "configmaps"},
 		{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"},
 		{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"},
-		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: installedSANamespace},
+		// Leases only in its own namespace (the replicas' coordination): not another's, such as
+		// the controllers' leader Leases of kube-system.
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"},
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: other},
 		{Verb: "impersonate", Resource: "users"},
 		{Namespace: ns, Verb: "create", Resource: "configmaps"},
 	} {
