@@ -839,7 +839,7 @@ func redisStats(ctx context.Context, s *stack.Stack) (redisInfo, error) {
 			r.memory, _ = strconv.ParseFloat(v, 64)
 		}
 	}
-	keys, err := cli("--scan", "--count", "1000")
+	keys, err := cli("--scan")
 	if err != nil {
 		return redisInfo{}, fmt.Errorf("redis-cli --scan: %w", err)
 	}
