@@ -242,6 +242,8 @@ func New(opts Options) (_ *App, err error) {
 		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
 		Cursors:                       cursors,
 		InFlight:                      a.joiner.InFlight,
+		Drained:                       a.joiner.Drained(),
+		DrainedTargets:                a.joiner.DrainedTargets,
 		Ownership:                     owners,
 		Handovers:                     ownership.NewHandovers(opts.Registry),
 	})

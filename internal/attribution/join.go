@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/notify"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -118,7 +119,9 @@ type Joiner struct {
 	// inFlight counts, per GitTarget, the changes passed to Join and not emitted (or dropped)
 	// yet.
 	inFlight map[types.NamespacedName]int
-	wg       sync.WaitGroup
+	// drained marks the targets whose in-flight count fell to zero (Drained).
+	drained *notify.Set[types.NamespacedName]
+	wg      sync.WaitGroup
 
 	// listed queues listed changes for the goroutine resolving them (listing tells it runs).
 	listMu  sync.Mutex
@@ -170,6 +173,7 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		waiters:  map[string]map[chan struct{}]struct{}{},
 		tails:    map[string]chan struct{}{},
 		inFlight: map[types.NamespacedName]int{},
+		drained:  notify.NewSet[types.NamespacedName](),
 	}, nil
 }
 
@@ -341,10 +345,15 @@ func (j *Joiner) finish(it joinItem, author Author, abandoned bool) {
 			j.tails, j.tailsPeak = map[string]chan struct{}{}, 0
 		}
 	}
+	empty := false
 	if j.inFlight[c.Target]--; j.inFlight[c.Target] <= 0 {
 		delete(j.inFlight, c.Target)
+		empty = true
 	}
 	j.mu.Unlock()
+	if empty {
+		j.drained.Mark(c.Target)
+	}
 	if j.metrics != nil {
 		j.metrics.pending.Dec()
 	}
@@ -387,6 +396,14 @@ func (j *Joiner) InFlight(target types.NamespacedName) int {
 	defer j.mu.Unlock()
 	return j.inFlight[target]
 }
+
+// Drained signals that the in-flight count of some targets fell to zero; DrainedTargets then
+// says which. The controller follows it instead of polling InFlight. Never closed.
+func (j *Joiner) Drained() <-chan struct{} { return j.drained.C() }
+
+// DrainedTargets returns, and forgets, the targets whose in-flight count fell to zero since
+// the last call.
+func (j *Joiner) DrainedTargets() []types.NamespacedName { return j.drained.Take() }
 
 // Wait blocks until every change passed to Join has been emitted or ctx ends. Joins end by
 // themselves within the grace window, so a shutdown that waits here finishes in-flight work.

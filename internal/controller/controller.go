@@ -46,7 +46,10 @@ const (
 	providerRecheck = 5 * time.Minute
 	targetRecheck   = time.Minute
 	notReadyRecheck = 30 * time.Second
-	progressRecheck = time.Second
+	// progressFallback re-checks a rule still listing and a retarget still pushing its
+	// snapshot. The data path reports each step of both as it happens (followProgress); this
+	// only bounds how long a lost signal would be noticed late.
+	progressFallback = 30 * time.Second
 )
 
 // Options configures a Controller.
@@ -103,8 +106,12 @@ type Options struct {
 	Handovers HandoverMetrics
 	// InFlight, when set, counts a GitTarget's changes between the watch and the git router
 	// (in the attribution join); a retarget is done only once none of its snapshot is left
-	// there. attribution.Joiner.InFlight implements it.
-	InFlight func(types.NamespacedName) int
+	// there. attribution.Joiner.InFlight implements it. Drained signals that some targets'
+	// count fell to zero and DrainedTargets names them (attribution.Joiner.Drained,
+	// DrainedTargets), so that a retarget waiting for it is checked at once.
+	InFlight       func(types.NamespacedName) int
+	Drained        <-chan struct{}
+	DrainedTargets func() []types.NamespacedName
 }
 
 // CursorDropper removes resume cursors.
@@ -301,6 +308,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	go func() { defer wg.Done(); c.followSources(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); c.followOwnership(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); c.followStreams(ctx) }()
+	if c.opts.Drained != nil && c.opts.DrainedTargets != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.followDrained(ctx) }()
+	}
 	if c.opts.AttributionWebhook != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.attributionWebhook().run(ctx) }()
@@ -357,6 +370,29 @@ func (c *Controller) followRouter(ctx context.Context) {
 		for _, name := range targets {
 			c.enqueue(kindTarget, name)
 			c.enqueueReferencing(kindCommitRequest, name.Namespace, "targetRef", name.Name)
+		}
+	})
+}
+
+// followStreams checks again the rules of the targets whose streams finished handing their
+// initial state over (their Ready turns from "listing"), and the targets themselves (a retarget
+// waits for it).
+func (c *Controller) followStreams(ctx context.Context) {
+	follow(ctx, c.opts.Sources.Synced(), c.opts.Sources.SyncedTargets, func(targets []types.NamespacedName) {
+		for _, name := range targets {
+			c.enqueue(kindTarget, name)
+			c.enqueueReferencing(kindRule, name.Namespace, "targetRef", name.Name)
+			c.enqueueClusterRulesFor(name)
+		}
+	})
+}
+
+// followDrained checks again the targets whose changes all left the attribution join (a
+// retarget waits for its snapshot to).
+func (c *Controller) followDrained(ctx context.Context) {
+	follow(ctx, c.opts.Drained, c.opts.DrainedTargets, func(targets []types.NamespacedName) {
+		for _, name := range targets {
+			c.enqueue(kindTarget, name)
 		}
 	})
 }

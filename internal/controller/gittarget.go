@@ -106,7 +106,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	case moving:
 		status, reason, msg = c.retargetProgress(ctx, name, &t, ready, reason, msg)
 		if status != metav1.ConditionTrue {
-			recheck = progressRecheck
+			recheck = progressFallback
 		}
 	case ready:
 		t.Status.ObservedDestination = &desired

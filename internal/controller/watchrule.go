@@ -130,8 +130,13 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	c.removeOwner(req.owner, cluster)
 	defer func() {
 		c.mu.Lock()
+		before, known := c.evaluated[req.owner]
 		c.evaluated[req.owner] = route.Stream
 		c.mu.Unlock()
+		if !known || before != route.Stream {
+			// A retarget waits for every rule of its target to follow the new destination.
+			c.enqueue(kindTarget, req.target)
+		}
 	}()
 	source := c.opts.Sources.Cluster(cluster)
 	// where names a remote cluster in messages; the local one goes unnamed.
@@ -219,7 +224,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonWatchFailed, fmt.Sprintf("watching %s: %s", list, detail), notReadyRecheck
 	case !synced:
 		// The initial list has not finished: not known yet.
-		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionUnknown, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", list), progressRecheck
+		out.ready, out.reason, out.msg, out.recheck = metav1.ConditionUnknown, v1alpha1.ReasonProgressing, fmt.Sprintf("listing %s", list), progressFallback
 	case unresolved != "":
 		out.ready, out.reason, out.recheck = metav1.ConditionFalse, v1alpha1.ReasonPartiallyResolved, notReadyRecheck
 		out.msg = fmt.Sprintf("watching %s %s%s, but some entries resolve to nothing: %s", list, req.scope, where, unresolved)

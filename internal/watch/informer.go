@@ -54,6 +54,8 @@ type sharedInformer struct {
 	cluster string
 	key     informerKey
 	emit    func(Change)
+	// synced is told of each target whose subscription handed its whole initial state over.
+	synced  func(types.NamespacedName)
 	metrics *Metrics
 	log     *slog.Logger
 
@@ -76,10 +78,11 @@ type sharedInformer struct {
 	held     map[types.UID]string
 }
 
-func newSharedInformer(client dynamic.Interface, cluster string, key informerKey, opts RegistryOptions, log *slog.Logger) *sharedInformer {
+func newSharedInformer(client dynamic.Interface, cluster string, key informerKey, opts RegistryOptions, synced func(types.NamespacedName), log *slog.Logger) *sharedInformer {
 	s := &sharedInformer{
 		cluster: cluster,
 		key:     key,
+		synced:  synced,
 
 		emit:    opts.Emit,
 		metrics: opts.Metrics,
@@ -378,6 +381,9 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
 	})
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
+	if s.synced != nil {
+		s.synced(sub.target)
+	}
 	if s.cursors != nil {
 		id := s.streamID(sub.target, sub.destination)
 		go func() {

@@ -107,6 +107,8 @@ type Registry struct {
 
 	// changed holds the clusters whose catalog changed since the controller last took them.
 	changed *notify.Set[string]
+	// synced holds the targets one of whose streams finished handing its initial state over.
+	synced *notify.Set[types.NamespacedName]
 }
 
 // NewRegistry returns a Registry; informers start once Start was called.
@@ -126,7 +128,8 @@ func NewRegistry(opts RegistryOptions) (*Registry, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Registry{opts: opts, clusters: map[string]*Cluster{}, changed: notify.NewSet[string]()}, nil
+	return &Registry{opts: opts, clusters: map[string]*Cluster{}, changed: notify.NewSet[string](),
+		synced: notify.NewSet[types.NamespacedName]()}, nil
 }
 
 // Updates signals that the discovery catalog of some clusters changed, so rules resolved
@@ -141,6 +144,13 @@ func (r *Registry) Changed() []string {
 }
 
 func (r *Registry) catalogChanged(cluster string) { r.changed.Mark(cluster) }
+
+// Synced signals that some targets' streams finished handing their initial state over (a
+// Status of their owners may have turned synced); SyncedTargets then says which. Never closed.
+func (r *Registry) Synced() <-chan struct{} { return r.synced.C() }
+
+// SyncedTargets returns, and forgets, the targets whose streams synced since the last call.
+func (r *Registry) SyncedTargets() []types.NamespacedName { return r.synced.Take() }
 
 // AddCluster registers a source cluster under its audit route. The discovery client should
 // cache (a discovery.CachedDiscoveryInterface is invalidated when a resource is not found).
@@ -168,7 +178,8 @@ func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discover
 			watchOff: map[schema.GroupVersionResource]bool{},
 			done:     make(chan struct{}),
 		},
-		notify: func() { r.catalogChanged(name) },
+		notify:       func() { r.catalogChanged(name) },
+		streamSynced: func(t types.NamespacedName) { r.synced.Mark(t) },
 	}
 	r.clusters[name] = c
 	if r.ctx != nil {
@@ -276,6 +287,8 @@ type Cluster struct {
 	cat           catalogState
 	notify        func()
 	stopDiscovery context.CancelFunc
+	// streamSynced is told of each target whose subscription finished its initial state.
+	streamSynced func(types.NamespacedName)
 }
 
 // Name is the cluster's audit route.
@@ -424,7 +437,7 @@ func (c *Cluster) reconcileLocked() {
 	for k, subs := range want {
 		inf, ok := c.informers[k]
 		if !ok {
-			inf = newSharedInformer(c.client, c.name, k, c.opts, c.log)
+			inf = newSharedInformer(c.client, c.name, k, c.opts, c.streamSynced, c.log)
 			c.informers[k] = inf
 			inf.run(c.ctx)
 			c.log.Info("started watch", "resource", k.gvr.String(), "namespace", k.namespace)
