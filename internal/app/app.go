@@ -197,7 +197,7 @@ func New(opts Options) (_ *App, err error) {
 	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors,
-		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix)})
+		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix), SupersededHold: opts.LeaseDuration})
 	var owners controller.Ownership
 	if opts.Coordination == CoordinationLeases {
 		if a.membership, err = a.newMembership(kube); err != nil {

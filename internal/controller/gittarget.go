@@ -48,6 +48,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	if !c.ownsTarget(&t) {
 		// Another replica writes its branch: it routes the target and writes its status.
 		c.release(&t)
+		c.recheckSuperseded(&t)
 		return nil
 	}
 	c.acquire(&t)
@@ -77,6 +78,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 	ready, reason, msg := c.routeTarget(name, &t)
 	if reason == reasonSuperseded {
 		c.release(&t)
+		c.recheckSuperseded(&t)
 		return nil
 	}
 	ready, reason, msg = c.reachSourceCluster(&t, ready, reason, msg)

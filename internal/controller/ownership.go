@@ -95,6 +95,16 @@ func (c *Controller) acquire(t *v1alpha1.GitTarget) {
 	c.log.Info("this replica writes a branch now", "branch", k, "takeover_gap", gap, "gap_known", known)
 }
 
+// recheckSuperseded syncs t again once its branch's supersede hold ends, when this replica's
+// view still says it owns the branch: if the newer writer's replica gave the branch up
+// meanwhile (its own view says this one owns it), nobody else takes it up.
+func (c *Controller) recheckSuperseded(t *v1alpha1.GitTarget) {
+	if c.opts.Ownership == nil || !c.opts.Ownership.Owns(branchKey(t)) {
+		return
+	}
+	c.queue.AddAfter(key{kindTarget, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}}, c.opts.Router.SupersededHold()+time.Second)
+}
+
 // release stops writing t's branch (and t) here: another replica owns it.
 func (c *Controller) release(t *v1alpha1.GitTarget) {
 	name := types.NamespacedName{Namespace: t.Namespace, Name: t.Name}

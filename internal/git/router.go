@@ -119,6 +119,11 @@ type RouterOptions struct {
 	// replicas, a worker that a newer one took the branch from gives it up. WriterEpochs
 	// implements it.
 	Epochs EpochSource
+	// SupersededHold is how long a branch whose worker a newer writer superseded is refused
+	// (Route answers ErrSuperseded), unless the ownership view changes first: long enough for
+	// two replicas' views to agree again (the lease duration), short enough that a branch both
+	// gave up (the newer writer's replica released it meanwhile) is taken up again. Default 15s.
+	SupersededHold time.Duration
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Logger is the base logger; workers add component, url and branch.
@@ -206,9 +211,9 @@ type Router struct {
 	startOvers, foreignEdits map[types.NamespacedName]int
 	// released are the targets another replica writes (Release, or a superseded worker):
 	// their changes are dropped quietly. superseded are the branches whose worker a newer
-	// writer took over, with its epoch, until ClearSuperseded.
+	// writer took over, with when, until ClearSuperseded or SupersededHold later.
 	released   map[types.NamespacedName]struct{}
-	superseded map[workerKey]int64
+	superseded map[workerKey]time.Time
 
 	// updated holds the targets whose status changed since the controller last took them.
 	updated *notify.Set[types.NamespacedName]
@@ -235,7 +240,7 @@ func NewRouter(opts RouterOptions) *Router {
 		startOvers:   map[types.NamespacedName]int{},
 		foreignEdits: map[types.NamespacedName]int{},
 		released:     map[types.NamespacedName]struct{}{},
-		superseded:   map[workerKey]int64{},
+		superseded:   map[workerKey]time.Time{},
 	}
 }
 
@@ -289,7 +294,7 @@ func (r *Router) Route(target types.NamespacedName, dest Destination) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := workerKey{provider: dest.Remote.Provider, branch: dest.Branch}
-	if _, lost := r.superseded[key]; lost {
+	if r.supersededLocked(key) {
 		r.setRouteLocked(target, nil)
 		r.released[target] = struct{}{}
 		return ErrSuperseded
@@ -405,12 +410,29 @@ func (r *Router) Release(target types.NamespacedName) {
 }
 
 // Superseded reports whether the worker of provider's branch was superseded by a newer writer
-// (another replica) since the last ClearSuperseded.
+// (another replica) less than SupersededHold ago and since the last ClearSuperseded; until
+// then Route refuses the branch.
 func (r *Router) Superseded(provider types.NamespacedName, branch string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	_, lost := r.superseded[workerKey{provider: provider, branch: branch}]
-	return lost
+	return r.supersededLocked(workerKey{provider: provider, branch: branch})
+}
+
+// SupersededHold is RouterOptions.SupersededHold, or its default.
+func (r *Router) SupersededHold() time.Duration {
+	if r.opts.SupersededHold > 0 {
+		return r.opts.SupersededHold
+	}
+	return defaultSupersededHold
+}
+
+// defaultSupersededHold is the default lease duration (internal/ownership).
+const defaultSupersededHold = 15 * time.Second
+
+// supersededLocked is Superseded for k; r.mu must be held.
+func (r *Router) supersededLocked(k workerKey) bool {
+	at, lost := r.superseded[k]
+	return lost && time.Since(at) < r.SupersededHold()
 }
 
 // ClearSuperseded forgets which branches were taken over by a newer writer: the ownership view
@@ -427,7 +449,7 @@ func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 	r.mu.Lock()
 	var targets []types.NamespacedName
 	if r.workers[rw.key] == rw {
-		r.superseded[rw.key] = newer
+		r.superseded[rw.key] = time.Now()
 		for name, rt := range r.routes {
 			if rt.worker == rw {
 				targets = append(targets, name)

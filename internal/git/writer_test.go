@@ -168,6 +168,17 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.released), 1.0)
 	require.Equal(t, []string{"bob team-a/git 2", "alice team-a/git 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
 
+	// Without a view change the branch is refused for SupersededHold only: if b's replica gave
+	// it up meanwhile, a takes it up again.
+	short := startRouter(t, RouterOptions{Epochs: &counterEpochs{}, SupersededHold: 100 * time.Millisecond})
+	elsewhere := Destination{Remote: testRemote(url), Branch: "elsewhere", Path: "team"}
+	short.superseded[workerKey{provider: elsewhere.Remote.Provider, branch: "elsewhere"}] = time.Now()
+	require.True(t, short.Superseded(elsewhere.Remote.Provider, "elsewhere"))
+	require.ErrorIs(t, short.Route(otherTgt, elsewhere), ErrSuperseded)
+	require.Eventually(t, func() bool { return !short.Superseded(elsewhere.Remote.Provider, "elsewhere") }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, short.Route(otherTgt, elsewhere))
+	short.Unroute(otherTgt, true)
+
 	// The view changed and a owns the branch again: a newer epoch than b's.
 	a.ClearSuperseded()
 	require.NoError(t, a.Route(tenants, dest))

@@ -405,6 +405,18 @@ func (m *Membership) renew(ctx context.Context) {
 	}
 	if !m.memberLocked(now) {
 		m.log.Info("joined the replicas writing branches", "lease", m.lease, "namespace", m.opts.Namespace)
+		if !m.renewed.IsZero() {
+			// Back after being cut off (the apiserver away, a pause): whatever renewals the
+			// others made meanwhile were not seen, so nothing tells them dead yet. Each gets
+			// a lease duration from now, as a leader candidate waits a full lease duration
+			// of its own observation: otherwise every replica cut off by one apiserver
+			// outage comes back believing it alone is live, and all write every branch.
+			for _, o := range m.seen {
+				if !o.deleted {
+					o.at = now
+				}
+			}
+		}
 	}
 	m.renewed, m.held = now, lease
 }

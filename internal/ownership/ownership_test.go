@@ -190,6 +190,41 @@ func TestAKilledMemberExpiresAndOneThatCannotRenewStepsDownFirst(t *testing.T) {
 	agree(t, []string{"kubescribe-a", "kubescribe-b"}, a, b)
 }
 
+// A replica cut off from the apiserver longer than the lease (an outage that cut off every
+// replica, whose watches then relist late) saw none of the others' renewals meanwhile: back, it
+// must not count them dead at once, or every replica comes back believing it alone is live and
+// writes every branch. It gives each a lease duration from its return, as a leader candidate
+// waits a full lease duration of its own observation.
+func TestAReplicaBackFromAnOutageCountsTheOthersLive(t *testing.T) {
+	client := fake.NewClientset()
+	now := time.Now()
+	m, err := New(fast(Options{Client: client, Namespace: "kubescribe", Identity: "kubescribe-a", Logger: testLogger(t)}))
+	require.NoError(t, err)
+	m.opts.now = func() time.Time { return now }
+	ctx := context.Background()
+
+	m.renew(ctx) // joins
+	m.mu.Lock()
+	m.synced = true
+	m.mu.Unlock()
+	m.observe(leaseFor("kubescribe-member-kubescribe-b", metav1.NewMicroTime(now)), false)
+	m.publish()
+	require.Equal(t, []string{"kubescribe-a", "kubescribe-b"}, m.Members())
+
+	now = now.Add(3 * time.Second) // cut off: no renewal of its own, none of b's seen
+	m.publish()
+	require.Empty(t, m.Members(), "stepped down, and b's lease looks expired")
+	m.renew(ctx) // back
+	m.publish()
+	require.Equal(t, []string{"kubescribe-a", "kubescribe-b"}, m.Members(), "b gets a lease duration from a's return")
+	for range 3 { // a renews on; b never does: it is dead after all, a lease duration later
+		now = now.Add(400 * time.Millisecond)
+		m.renew(ctx)
+		m.publish()
+	}
+	require.Equal(t, []string{"kubescribe-a"}, m.Members())
+}
+
 func TestOneLeaderAndTheNextTakesOverWhenItLeaves(t *testing.T) {
 	client := fake.NewClientset()
 	a := start(t, client, "kubescribe-a", nil)
@@ -263,6 +298,6 @@ func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 func leaseFor(name string, renewed metav1.MicroTime) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kubescribe", Labels: map[string]string{MemberLabel: "kubescribe"}},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To(int32(1)), RenewTime: &renewed},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(strings.TrimPrefix(name, "kubescribe-member-")), LeaseDurationSeconds: ptr.To(int32(1)), RenewTime: &renewed},
 	}
 }
