@@ -118,6 +118,7 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.DurationVar(&opts.FactMaxDelay, "audit-fact-max-delay", opts.FactMaxDelay, "how old an audit event's stageTimestamp may be when its batch arrives: the apiserver audit webhook's longest delivery delay (280s for its default batch and retry settings); older facts are refused as evidence")
 	fs.DurationVar(&opts.FactClockSkew, "audit-fact-clock-skew", opts.FactClockSkew, "clock-skew allowance between the apiserver and kubescribe, on both sides of the audit fact window")
 	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", opts.ShutdownTimeout, "bound of the graceful shutdown")
+	fs.DurationVar(&opts.ShutdownDelay, "shutdown-delay", opts.ShutdownDelay, "how long the audit and admission endpoints keep serving after readiness turned off, from the start of a shutdown: until the Pod's removal from its Services reached every kube-proxy (below --shutdown-timeout)")
 	fs.IntVar(&opts.ControllerWorkers, "controller-workers", opts.ControllerWorkers, "reconcile workers")
 	fs.StringVar(&opts.Coordination, "coordination", opts.Coordination, "how replicas share the work: leases (each keeps a member Lease; each branch is written by one live replica, the singletons run on the leader) or none (this process writes every branch: run exactly one)")
 	fs.StringVar(&opts.CoordinationNamespace, "coordination-namespace", "", "namespace of the Leases; empty: $POD_NAMESPACE, else the in-cluster ServiceAccount's, else kubescribe")

@@ -75,6 +75,8 @@ type App struct {
 	controller *controller.Controller
 	// membership shares the branches among the replicas (Coordination leases); nil with none.
 	membership *ownership.Membership
+	// stopping is when the shutdown began (zero before).
+	stopping time.Time
 
 	// tls serves the listeners' certificates and client CAs, reloaded when they change.
 	tls *listenerTLS
@@ -682,6 +684,11 @@ func (a *App) Run(ctx context.Context) error {
 	if a.admissionSrv != nil {
 		a.admissionSrv.SetKeepAlivesEnabled(false)
 	}
+	// The endpoints keep serving for ShutdownDelay (their stops wait for it), until the
+	// Services' change reached every kube-proxy; a batch sent here meanwhile, or just after, may
+	// still fail: the changes it explains wait for the apiserver's retry, in every replica.
+	a.stopping = time.Now()
+	a.deliveries.Draining(a.stopping.Add(a.opts.ShutdownDelay+audit.DeliverySlack), a.opts.ClusterName)
 	a.log.Info("shutting down", "timeout", a.opts.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(bg, a.opts.ShutdownTimeout)
 	defer cancel()
@@ -708,6 +715,13 @@ func (a *App) serve(name string, srv *http.Server, errc chan<- error, f func() e
 		}
 	}()
 	a.life.onStop(name, func(ctx context.Context) error {
+		if srv == a.auditSrv || srv == a.admissionSrv {
+			// Connections still arrive until the Pod's removal reached every kube-proxy.
+			select {
+			case <-time.After(time.Until(a.stopping.Add(a.opts.ShutdownDelay))):
+			case <-ctx.Done():
+			}
+		}
 		err := srv.Shutdown(ctx)
 		<-done
 		return err

@@ -190,6 +190,11 @@ type Options struct {
 	FactTTL time.Duration
 	// ShutdownTimeout bounds the whole graceful shutdown.
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long the audit and admission endpoints keep serving after readiness
+	// turned off, counted from the start of the shutdown: until the Pod's removal from its
+	// Services' endpoints reached every node's kube-proxy, connections still arrive. Below
+	// ShutdownTimeout; 0 stops them as soon as their turn comes.
+	ShutdownDelay time.Duration
 	// DiscoveryRefresh is how often each source cluster's discovery catalog is re-read when
 	// no CRD or APIService change triggered it sooner.
 	DiscoveryRefresh time.Duration
@@ -259,6 +264,7 @@ func DefaultOptions() Options {
 		DiscoveryRefresh:                    watch.DefaultDiscoveryRefresh,
 		FactTTL:                             attribution.DefaultFactTTL,
 		ShutdownTimeout:                     30 * time.Second,
+		ShutdownDelay:                       5 * time.Second,
 		ControllerWorkers:                   2,
 
 		Coordination:       CoordinationLeases,
@@ -276,6 +282,9 @@ func (o *Options) Validate() error {
 	}
 	if !audit.ValidRoute(o.ClusterName) {
 		bad("ClusterName", "%q must be a DNS label (lower-case letters, digits and '-')", o.ClusterName)
+	}
+	if o.ShutdownDelay < 0 || o.ShutdownDelay >= o.ShutdownTimeout {
+		bad("ShutdownDelay", "%s must be at least 0 and below ShutdownTimeout (%s)", o.ShutdownDelay, o.ShutdownTimeout)
 	}
 	switch o.Coordination {
 	case CoordinationLeases:

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -130,6 +131,26 @@ func (d *Deliveries) Failed(route string, t time.Time) {
 			defer cancel()
 			_ = d.history.RecordFailure(ctx, route, t)
 		}()
+	}
+}
+
+// Draining records that this process stops answering at until (a shutdown: its listener
+// closes then): a batch the apiserver sends it up to then may fail and be retried, so every
+// route it knows counts as failing until then, here and, through the history, in the other
+// replicas. local names routes to mark besides those that delivered here.
+func (d *Deliveries) Draining(until time.Time, local ...string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	routes := slices.Clone(local)
+	for r := range d.routes {
+		routes = append(routes, r)
+	}
+	d.mu.Unlock()
+	slices.Sort(routes)
+	for _, r := range slices.Compact(routes) {
+		d.Failed(r, until)
 	}
 }
 

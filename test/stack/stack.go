@@ -42,6 +42,13 @@ import (
 	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
+// ShutdownDelay is kubescribe's --shutdown-delay in the stack: 1s, not the default 5s. No
+// kube-proxy stands between the apiserver and kubescribe here; the balancers of StartReplicas
+// see a replica's readiness turn off within 200ms, so a second covers them, and each of the
+// many restarts of the e2e tests is 4s shorter. The real node (test/cluster) runs the
+// Deployment's default behind kube-proxy.
+const ShutdownDelay = time.Second
+
 // Options configure Start.
 type Options struct {
 	// Dir holds everything; required.
@@ -243,6 +250,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	}
 	o.AdmissionListenAddress = s.admissionAddr
 	o.ShutdownTimeout = 20 * time.Second
+	o.ShutdownDelay = ShutdownDelay
 	if s.grace > 0 {
 		o.AttributionGrace = s.grace
 	}
@@ -314,7 +322,7 @@ func (s *Stack) processArgs(auditAddr, admissionAddr, opsAddr, metricsAddr strin
 		"--tls-cert-file=" + cp.Audit.CertFile, "--tls-private-key-file=" + cp.Audit.KeyFile,
 		"--audit-client-ca-file=" + cp.Audit.ClientCAFile, "--audit-token-file=" + cp.Audit.TokenFile,
 		"--admission-listen-address=" + admissionAddr, "--admission-client-ca-file=" + cp.Admission.ClientCAFile,
-		"--shutdown-timeout=20s", "--attribution-grace=" + grace.String(),
+		"--shutdown-timeout=20s", "--shutdown-delay=" + ShutdownDelay.String(), "--attribution-grace=" + grace.String(),
 		"--log-format=json", "--log-level=debug",
 	}
 	if s.AttributionSource != "" {
