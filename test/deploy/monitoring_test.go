@@ -328,7 +328,7 @@ func registeredMetrics(t *testing.T) map[string][]string {
 	o.AuditListenAddress, o.OpsListenAddress, o.MetricsListenAddress, o.AdmissionListenAddress = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.RedisAddr = "127.0.0.1:1" // never dialled: the app does not run
 	o.RestConfig = &rest.Config{Host: "https://127.0.0.1:1"}
-	o.ShutdownTimeout = 5 * time.Second
+	o.ShutdownTimeout, o.ShutdownDelay = 5*time.Second, 0
 	o.Logger = slog.New(slog.DiscardHandler)
 	o.Registry = prometheus.NewRegistry()
 	// As cmd/server does (internal/app adds the same when it makes the Registry itself).

@@ -133,6 +133,9 @@ func startLoad(t *testing.T, e *replicaEnv, rate int) *replicaLoad {
 			at time.Time
 		}
 		var fresh []created
+		// A write is never cancelled half-way: the apiserver may have made it when its answer
+		// is lost, and the load would not know what it wrote. Stopping ends the loop instead.
+		write := context.WithoutCancel(ctx)
 		for i := 0; ; i++ {
 			select {
 			case <-ctx.Done():
@@ -147,14 +150,14 @@ func startLoad(t *testing.T, e *replicaEnv, rate int) *replicaLoad {
 				if c.user == user {
 					user = users[(i+1)%len(users)]
 				}
-				cm, err := clients[user].CoreV1().ConfigMaps(c.ns).Update(ctx, &corev1.ConfigMap{
+				cm, err := clients[user].CoreV1().ConfigMaps(c.ns).Update(write, &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.ns, ResourceVersion: c.rv}, Data: map[string]string{"v": value}}, metav1.UpdateOptions{})
 				l.record(cm, err, aWrite{user: user, ns: c.ns, name: c.name, value: value, update: true})
 				continue
 			}
 			tg := e.targets[i%len(e.targets)]
 			name := fmt.Sprintf("cm-%05d", i)
-			cm, err := clients[user].CoreV1().ConfigMaps(tg.ns).Create(ctx, &corev1.ConfigMap{
+			cm, err := clients[user].CoreV1().ConfigMaps(tg.ns).Create(write, &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": value}}, metav1.CreateOptions{})
 			if w, ok := l.record(cm, err, aWrite{user: user, ns: tg.ns, name: name, value: value}); ok {
 				fresh = append(fresh, created{aWrite: w, at: time.Now()})
