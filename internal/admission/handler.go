@@ -368,11 +368,12 @@ func (h *Handler) store(ctx context.Context, batch []Candidate) {
 	h.opts.Metrics.reviews.WithLabelValues(resultRecorded).Add(float64(len(batch)))
 }
 
-// discardWait bounds how long a refused review's body is read and dropped. Reading it keeps no
-// memory, so the bound is not the in-flight wait (BodyWait) but one a loaded sender (a flood
-// of 1 MB reviews on two busy cores) still meets; the server's read timeout bounds a slower one
-// anyway.
-const discardWait = 5 * time.Second
+// discardWait bounds how long a refused review's body is read and dropped: as long as the
+// listeners' read timeout (internal/app, 1m), which bounds any request's body anyway. Reading
+// it keeps no memory, so the bound is not the in-flight wait (BodyWait): with 5s, a flood of
+// 1 MB reviews on two cores busy compiling still had senders cut off with a broken pipe
+// instead of their 429.
+const discardWait = time.Minute
 
 // discardBody reads and drops what is left of r's body, at most limit bytes and for at most
 // wait, through a small buffer (nothing of it is kept), before a refusal is written. A server
