@@ -60,6 +60,12 @@ func (c *Controller) syncCommitRequest(ctx context.Context, name types.Namespace
 	// A close an earlier kubescribe process accepted is kept in Redis: the router reports its
 	// pushed commit, or commits its window again once the target is routed.
 	res, handed := c.opts.Router.CloseResult(target, id)
+	if handed && res.Outcome == git.CloseUnknown {
+		// Whether a worker took it (before a restart) cannot be read now: nothing is decided
+		// or written until it can (retried with backoff). Deciding now raced Redis' return: a
+		// verdict read a moment later made the next sync take the request for lost.
+		return fmt.Errorf("commit request %s: cannot read whether its window was closed (Redis): retrying", name)
+	}
 	if !handed && meta.FindStatusCondition(before.Conditions, v1alpha1.ConditionAuthorAttributed) != nil {
 		// Handed to a worker by an earlier kubescribe process, which stopped before its worker
 		// accepted it, or whose close could not be kept (AuthorAttributed is set only once a

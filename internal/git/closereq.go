@@ -39,6 +39,9 @@ const (
 	CloseNothingToCommit
 	// CloseLost: the worker stopped before the request's commit was pushed.
 	CloseLost
+	// CloseUnknown: what became of the request cannot be read now (Redis does not answer);
+	// ask again later.
+	CloseUnknown
 )
 
 func (o CloseOutcome) String() string {
@@ -53,6 +56,8 @@ func (o CloseOutcome) String() string {
 		return "nothing to commit"
 	case CloseLost:
 		return "lost"
+	case CloseUnknown:
+		return "unknown"
 	}
 	return fmt.Sprintf("CloseOutcome(%d)", int(o))
 }

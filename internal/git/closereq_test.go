@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -191,4 +192,16 @@ func TestKeptCloseOfAnotherDestinationIsLost(t *testing.T) {
 	require.NoError(t, r.Route(tenants, Destination{Remote: testRemote(url), Branch: "main", Path: "clusters/prod", Stream: "new-destination", Cluster: "prod"}))
 	require.Eventually(t, func() bool { _, known := r.CloseResult(tenants, "uid-1"); return !known }, 20*time.Second, 10*time.Millisecond)
 	require.Empty(t, runGit(t, "", "--git-dir="+dir, "for-each-ref"), "nothing is committed into the new destination")
+}
+
+// What became of a close cannot be read while Redis does not answer: the router says so
+// (CloseUnknown), rather than claiming a pending close it knows nothing of.
+func TestCloseResultUnknownWithoutRedis(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := startRouter(t, RouterOptions{Closes: NewCloseStore(rdb, keyspace.MustParse("test:"))})
+	res, handed := r.CloseResult(tenants, "uid-1")
+	require.True(t, handed)
+	require.Equal(t, CloseUnknown, res.Outcome)
+	require.Equal(t, "unknown", res.Outcome.String())
 }

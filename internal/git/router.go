@@ -932,7 +932,7 @@ func (r *Router) CloseResult(target types.NamespacedName, id string) (CloseResul
 	switch {
 	case err != nil:
 		r.log.Warn("cannot read a commit request's close; asking again later", "target", target.String(), "err", err)
-		return CloseResult{Outcome: ClosePending}, true
+		return CloseResult{Outcome: CloseUnknown}, true
 	case !found:
 		return CloseResult{}, false
 	case rec.SHA != "":
