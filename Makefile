@@ -82,10 +82,11 @@ cluster-test: deps kube-apiserver etcd node-binaries image
 	KUBESCRIBE_NODE=1 $(CONTROL_PLANE_ENV) $(GO) test -count=1 -timeout 15m -v ./test/cluster/
 
 ## cluster-clean: tear down what a node left when its test binary died before its tear-down
-## (killed, timed out), from the snapshot it kept; the next bring-up refuses to start until then.
+## (killed, timed out), from the snapshot it kept (DIR=<run directory>, else every one no living
+## process owns); the next bring-up does it by itself.
 .PHONY: cluster-clean
 cluster-clean:
-	$(GO) run ./test/cluster/cmd/cleanup
+	$(GO) run ./test/cluster/cmd/cleanup $(DIR)
 
 verify-generate:
 	hack/verify-generate.sh

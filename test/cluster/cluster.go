@@ -105,6 +105,9 @@ type Cluster struct {
 	kubelet    *proc
 	proxy      *proc
 
+	// owner holds Dir's owner lock while this process lives (ownerFile).
+	owner *os.File
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -130,12 +133,19 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join("/sys/class/net", Bridge)); err == nil {
-		return nil, fmt.Errorf("cluster: the bridge %s exists: another node runs on this machine, or one was left (`make cluster-clean` tears a left one down)", Bridge)
-	}
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
+	}
+	// A node whose test binary died before Stop (killed, timed out, the machine's processes
+	// killed) is torn down first, from its snapshot; a living one is left alone.
+	if dirs, err := RecoverAbandoned(); err != nil {
+		return nil, fmt.Errorf("cluster: tearing down a node left by a dead test binary (%v): %w", dirs, err)
+	} else if len(dirs) > 0 {
+		logf("cluster: tore down a node its dead test binary left: %v", dirs)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", Bridge)); err == nil {
+		return nil, fmt.Errorf("cluster: the bridge %s exists: another node runs on this machine (a living test binary holds its run directory's %s), or one was left without a run directory under %s (`make cluster-clean DIR=<run directory>` tears it down from its before.json)", Bridge, ownerFile, os.TempDir())
 	}
 	if opts.Dir == "" {
 		if opts.Dir, err = os.MkdirTemp("", "kubescribe-node-"); err != nil {
@@ -145,6 +155,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: opts.Dir, opts: opts, logf: logf, bins: bins}
+	if c.owner, err = lockOwner(c.Dir); err != nil {
+		return nil, err
+	} else if c.owner == nil {
+		return nil, fmt.Errorf("cluster: %s is another living node's run directory", c.Dir)
+	}
 	began := time.Now()
 	step := func(s string) {
 		c.Timings = append(c.Timings, Timing{s, time.Since(began)})
@@ -251,8 +266,17 @@ func Recover(dirs ...string) error {
 			continue
 		}
 		before.procMark = dir
+		owner, err := lockOwner(dir)
+		if err != nil {
+			e.add(err)
+			continue
+		}
+		if owner == nil {
+			e.add(fmt.Errorf("cluster: %s: a living test binary owns this node (it holds %s): stop that one instead", dir, ownerFile))
+			continue
+		}
 		bins, _ := findBinaries() // without kube-proxy, its rules are removed by name only
-		c := &Cluster{Dir: dir, Before: &before, bins: bins, logf: func(string, ...any) {}}
+		c := &Cluster{Dir: dir, Before: &before, bins: bins, logf: func(string, ...any) {}, owner: owner}
 		e.add(c.Stop())
 	}
 	return e.join()
@@ -376,6 +400,12 @@ func (c *Cluster) Stop() error {
 		}
 		if !c.opts.Keep {
 			e.add(os.RemoveAll(c.Dir))
+		} else if e.join() == nil {
+			// Torn down: a kept directory is logs only, nothing for a recovery to find.
+			e.add(os.Remove(filepath.Join(c.Dir, beforeFile)))
+		}
+		if c.owner != nil {
+			c.owner.Close()
 		}
 		c.logf("cluster: torn down in %s", time.Since(began).Round(10*time.Millisecond))
 		if c.Before != nil {
