@@ -257,7 +257,7 @@ func (h *HostState) Diff(after *HostState) []string {
 	list("link", h.Links, after.Links)
 	list("route", h.Routes, after.Routes)
 	list("mount", h.Mounts, after.Mounts)
-	list("cgroup", h.Cgroups, after.Cgroups)
+	list("cgroup", nodeCgroups(h.Cgroups), nodeCgroups(after.Cgroups))
 	list("netns", h.Netns, after.Netns)
 	list("path", h.Paths, after.Paths)
 	list("process", nil, after.Procs)
@@ -279,4 +279,26 @@ func (h *HostState) NewModules(after *HostState) []string {
 		}
 	}
 	return m
+}
+
+// nodeCgroupMarkers name the cgroups a node's components make: the kubelet's pod hierarchy
+// (kubepods, kubepods.slice, and its own if asked to), containerd's and runc's for containers
+// started outside a pod (the k8s.io namespace).
+var nodeCgroupMarkers = []string{"kubepods", "kubelet", "containerd", "k8s.io", "runc"}
+
+// nodeCgroups keeps the cgroups of cgs a node could have made. The others come and go with the
+// machine's other work (a sandbox makes one per process it runs, a systemd one per session): a
+// difference there says nothing of the node, and a snapshot older than the machine's last
+// restart (Recover's) never matches them.
+func nodeCgroups(cgs []string) []string {
+	var out []string
+	for _, cg := range cgs {
+		for _, m := range nodeCgroupMarkers {
+			if strings.Contains(cg, m) {
+				out = append(out, cg)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -24,12 +24,18 @@ func TestDiff(t *testing.T) {
 	if d := before.Diff(same); len(d) != 0 {
 		t.Errorf("a key a module added counts as a difference: %q", d)
 	}
+	before.Cgroups = []string{"/sys/fs/cgroup/memory/process_api/1", "/sys/fs/cgroup/memory/user.slice"}
 	after := &HostState{Sysctls: map[string]string{"kernel.panic": "10", "a.b": "x"}, Links: []string{"eth0", "ksnode0", "lo"},
-		Rules: map[string]string{"iptables-save": "*filter\n:KUBE-FORWARD - \nCOMMIT\n"}, Procs: []string{"42 kubelet"}}
+		Rules: map[string]string{"iptables-save": "*filter\n:KUBE-FORWARD - \nCOMMIT\n"}, Procs: []string{"42 kubelet"},
+		Cgroups: []string{"/sys/fs/cgroup/memory/process_api/2", "/sys/fs/cgroup/memory/user.slice", "/sys/fs/cgroup/memory/kubepods/burstable"}}
 	d := strings.Join(before.Diff(after), "\n")
-	for _, want := range []string{`sysctl kernel.panic: "10", was "1"`, "link left: ksnode0", "process left: 42 kubelet", "iptables-save differs"} {
+	for _, want := range []string{`sysctl kernel.panic: "10", was "1"`, "link left: ksnode0", "process left: 42 kubelet", "iptables-save differs",
+		"cgroup left: /sys/fs/cgroup/memory/kubepods/burstable"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("diff lacks %q:\n%s", want, d)
 		}
+	}
+	if strings.Contains(d, "process_api") {
+		t.Errorf("the machine's other cgroups count as the node's:\n%s", d)
 	}
 }
