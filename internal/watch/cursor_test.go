@@ -338,3 +338,30 @@ func TestReplayHandsOverExcludedObjectsIfMissing(t *testing.T) {
 	require.Equal(t, 1, m.Replay(target))
 	check() // and again at a replay
 }
+
+// A live event the handler delivers after the initial list's objects but before the initial
+// state is finished (finishInitialLocked runs from another goroutine) is handed over before the
+// sweep, so the sweep keeps its file: the rolling-restart e2e once saw a ConfigMap created in
+// that window committed, then removed by the sweep.
+func TestSweepKeepsAnObjectCreatedBeforeTheInitialStateEnds(t *testing.T) {
+	var got []Change
+	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"},
+		emit: func(c Change) { got = append(got, c) }, subs: map[types.NamespacedName]*subscription{},
+		versions: map[types.UID]string{}, held: map[types.UID]string{}}
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	sub := &subscription{target: target, seen: map[types.UID][32]byte{}, listed: map[string]bool{}, cursor: Cursor{Known: true}}
+	s.subs[target] = sub
+
+	s.onUpsert(&compactObject{Name: "listed", Namespace: "demo", UID: "u1", ResourceVersion: "5"}, nil, OpCreate, true)
+	s.onUpsert(&compactObject{Name: "new", Namespace: "demo", UID: "u2", ResourceVersion: "7"}, nil, OpCreate, false)
+	s.mu.Lock()
+	s.finishInitialLocked(sub)
+	s.mu.Unlock()
+
+	require.Len(t, got, 3)
+	require.Equal(t, "new", got[1].Name)
+	sweep := got[2]
+	require.Equal(t, OpSweep, sweep.Op)
+	require.True(t, sweep.Keep["demo/listed"])
+	require.True(t, sweep.Keep["demo/new"], "the sweep removes the file of an object created before it")
+}

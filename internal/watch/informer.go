@@ -448,6 +448,12 @@ func (s *sharedInformer) onUpsert(obj any, old *compactObject, op Op, initial bo
 			s.initialLocked(sub, u, manifest, sum)
 			continue
 		}
+		if !sub.synced && sub.listed != nil {
+			// An event the handler delivers between the initial list's last object and the
+			// end of the initial state (finishInitialLocked, from another goroutine) is handed
+			// over before the sweep: the sweep must keep its file.
+			sub.listed[objectField(u.GetNamespace(), u.GetName())] = true
+		}
 		prev, known := sub.seen[u.GetUID()]
 		if known && prev == sum {
 			continue // only server-side or status fields changed: nothing declared changed
