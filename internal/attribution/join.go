@@ -456,8 +456,11 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 		}
 		j.metrics.resumeWaiting(1)
 	}
-	if c.Snapshot {
+	switch {
+	case c.Snapshot:
 		lengthen(resumeResumed, start)
+	case c.Replayed:
+		lengthen(resumeReplayed, start)
 	}
 	defer func() {
 		if long != "" {
@@ -528,7 +531,7 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 		j.log.Info("no fact or confirmed candidate in time; author is unresolved",
 			"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
 			"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op,
-			"source", src, "waited", waited, "resumed", c.Snapshot)
+			"source", src, "waited", waited, "resumed", c.Snapshot, "replayed", c.Replayed)
 		return Unresolved(), false
 	}
 }
@@ -572,6 +575,7 @@ func (j *Joiner) lookupListed(c watch.Change, src Source) (a Author, again bool)
 // The reasons a change waits the resume grace.
 const (
 	resumeResumed  = "resumed"  // changed while nothing watched
+	resumeReplayed = "replayed" // an event a resumed stream replayed: its batch may have gone to the lost owner
 	resumeDelivery = "delivery" // a live change whose audit batch may have failed
 )
 

@@ -256,6 +256,24 @@ func TestJoinResumedWaitsForItsFact(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(j.metrics.resumeGauge))
 }
 
+// TestJoinReplayedWaitsForItsFact: an event a resumed stream replayed (its previous owner may
+// have held it unpushed, and the apiserver may have sent its audit batch to that owner, which
+// is gone) waits for its fact the resume grace, not the grace window, and is a user's change.
+func TestJoinReplayedWaitsForItsFact(t *testing.T) {
+	facts := newFakeFacts()
+	j, out := startJoinerWith(t, JoinerOptions{Facts: facts, Grace: time.Millisecond, ResumeGrace: time.Hour})
+	c := change("u5", "14", watch.OpUpdate)
+	c.Replayed = true
+	j.Join(c, func(ac AttributedChange) { out <- ac })
+	require.Eventually(t, func() bool { return testutil.ToFloat64(j.metrics.resumeGauge) == 1 }, 5*time.Second, time.Millisecond,
+		"the change must wait the resume grace, not the grace window")
+	facts.add(audit.Fact{Route: "local", UID: "u5", ResourceVersion: "14", Verb: "update", User: audit.Identity{Username: "carol"}, AuditID: "a5"}, false)
+	ac := <-out
+	require.Equal(t, "carol", ac.Author.Username)
+	require.False(t, ac.Snapshot)
+	require.Equal(t, 1.0, testutil.ToFloat64(j.metrics.resumeWaits.WithLabelValues(resumeReplayed, "resolved")))
+}
+
 // TestJoinResumedWithoutFactIsUnresolved: a change somebody made while nothing watched that finds
 // no fact within the resume grace is that unknown person's change, never the committer's
 // snapshot.

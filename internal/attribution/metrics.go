@@ -65,9 +65,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	m.resumeWaits = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubescribe_attribution_resume_waits_total",
-		Help: "Changes that waited for an audit fact the apiserver may still be retrying, by reason (resumed: changed while nothing watched; delivery: a live change whose audit batch may have failed) and outcome (resolved, unresolved, abandoned: left for the next start at shutdown).",
+		Help: "Changes that waited for an audit fact the apiserver may still be retrying, by reason (resumed: changed while nothing watched; replayed: an event a stream replayed when it resumed, which the replica that lost it may not have had the fact of; delivery: a live change whose audit batch may have failed) and outcome (resolved, unresolved, abandoned: left for the next start at shutdown).",
 	}, []string{"reason", "outcome"})
-	for _, r := range []string{resumeResumed, resumeDelivery} {
+	for _, r := range []string{resumeResumed, resumeReplayed, resumeDelivery} {
 		for _, o := range []string{"resolved", "unresolved", "abandoned"} {
 			m.resumeWaits.WithLabelValues(r, o)
 		}

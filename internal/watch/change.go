@@ -62,6 +62,11 @@ type Change struct {
 	// while nothing watched: the object appeared, changed or disappeared since the last push.
 	// It waits for its fact like a live change.
 	Resumed bool
+	// Replayed is set on a change a resumed stream replayed (a watch from the position its
+	// previous owner had reached): an event that owner may have held unpushed when it was lost.
+	// Not a snapshot: its author is its fact's, and it waits for it as long as a Resumed change
+	// does, since the apiserver may have sent its audit batch to the replica that was lost.
+	Replayed bool
 	// Unchanged is set on a snapshot change whose object the stream's resume cursor shows
 	// the folder held in this very version at the last push: nobody changed it while nothing
 	// watched, and it needs no author. It is handed over anyway because the branch may no
