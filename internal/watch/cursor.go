@@ -52,7 +52,13 @@ type CursorEntry struct {
 type Cursor struct {
 	Known   bool
 	Objects map[string]CursorEntry
+	// Trail is the positions the stream's owners recorded (see replay.go), oldest first.
+	Trail []TrailPoint
 }
+
+// trailField holds a cursor's trail: a JSON array of [unix ms, resourceVersion]. Object fields
+// always hold a "/", so it cannot collide.
+const trailField = "trail"
 
 // CursorStore keeps resume cursors in Redis.
 type CursorStore struct {
@@ -98,6 +104,12 @@ func (s *CursorStore) Load(ctx context.Context, id StreamID) (Cursor, error) {
 			c.Known = true
 			continue
 		}
+		if field == trailField {
+			if json.Unmarshal([]byte(val), &c.Trail) != nil {
+				c.Trail = nil // unreadable: no replay, which only collapses versions
+			}
+			continue
+		}
 		var rec cursorRecord
 		if json.Unmarshal([]byte(val), &rec) != nil || rec.V != cursorVersion {
 			continue
@@ -108,6 +120,27 @@ func (s *CursorStore) Load(ctx context.Context, id StreamID) (Cursor, error) {
 		c.Known = true
 	}
 	return c, nil
+}
+
+// setIfExists sets a hash's field only if the hash exists.
+const setIfExists = `if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0`
+
+// SaveTrails records streams' trails, in one pipelined round trip. A trail is written only to
+// a cursor that exists (its stream was handed its initial state), so that it never revives one
+// DropDestination or DropTarget removed.
+func (s *CursorStore) SaveTrails(ctx context.Context, trails map[StreamID][]TrailPoint) error {
+	pipe := s.rdb.Pipeline()
+	for id, t := range trails {
+		b, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		pipe.Eval(ctx, setIfExists, []string{s.key(id)}, trailField, string(b))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("recording %d streams' positions: %w", len(trails), err)
+	}
+	return nil
 }
 
 // MarkKnown records that a stream's cursor exists, even while it holds no object.

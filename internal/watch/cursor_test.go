@@ -38,6 +38,17 @@ func (f *fakeCursors) MarkKnown(_ context.Context, id StreamID) error {
 	return nil
 }
 
+func (f *fakeCursors) SaveTrails(_ context.Context, trails map[StreamID][]TrailPoint) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, t := range trails {
+		c := f.cursors[id]
+		c.Trail = t
+		f.cursors[id] = c
+	}
+	return nil
+}
+
 func (f *fakeCursors) markedIDs() []StreamID {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -186,6 +197,35 @@ func TestCursorStoreRoundTrip(t *testing.T) {
 	all, err := s.Load(ctx, StreamID{Cluster: "local", Target: target, GVR: configMaps})
 	require.NoError(t, err)
 	require.False(t, all.Known)
+}
+
+// TestCursorStoreTrails: against a real Redis, a trail is written only into a cursor that
+// exists (never reviving one a retarget or a deletion dropped), reads back in order, and an
+// unreadable one reads as none.
+func TestCursorStoreTrails(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := context.Background()
+	s := NewCursorStore(rdb, keyspace.MustParse("test"))
+	id := StreamID{Cluster: "local", Target: types.NamespacedName{Namespace: "team-a", Name: "web"}, Destination: "main:apps", GVR: configMaps, Namespace: "demo"}
+	trail := []TrailPoint{{At: 1000, RV: 10}, {At: 3000, RV: 42}}
+
+	require.NoError(t, s.SaveTrails(ctx, map[StreamID][]TrailPoint{id: trail}))
+	n, err := rdb.Exists(ctx, s.key(id)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "a trail created a cursor")
+
+	require.NoError(t, s.MarkKnown(ctx, id))
+	require.NoError(t, s.SaveTrails(ctx, map[StreamID][]TrailPoint{id: trail}))
+	c, err := s.Load(ctx, id)
+	require.NoError(t, err)
+	require.True(t, c.Known)
+	require.Equal(t, trail, c.Trail)
+	require.Empty(t, c.Objects, "the trail is not an object")
+
+	require.NoError(t, rdb.HSet(ctx, s.key(id), trailField, "not json").Err())
+	c, err = s.Load(ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, c.Trail)
 }
 
 // TestDestinationChangeHandsTheStateAgain: when a target's destination (branch or folder)

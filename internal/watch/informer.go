@@ -22,6 +22,7 @@ const cursorTimeout = 5 * time.Second
 type cursorSource interface {
 	Load(ctx context.Context, id StreamID) (Cursor, error)
 	MarkKnown(ctx context.Context, id StreamID) error
+	SaveTrails(ctx context.Context, trails map[StreamID][]TrailPoint) error
 }
 
 // informerKey identifies a shared informer within a cluster.
@@ -44,6 +45,25 @@ type subscription struct {
 	// synced is set once the target was handed the whole initial state: every object that
 	// differs from its cursor, the deletions the cursor reveals, and the sweep.
 	synced bool
+
+	// replaying is set while the events its previous owner may have held unpushed are
+	// replayed (resumeWithReplay); the live events meanwhile wait in pending (at most
+	// replayMaxEvents, else overflowed).
+	replaying  bool
+	pending    []pendingEvent
+	overflowed bool
+	// trail is the stream's recorded positions (see replay.go); trailRV its newest position.
+	trail   []TrailPoint
+	trailRV uint64
+}
+
+// hold keeps a live event for after the replay.
+func (s *subscription) hold(e pendingEvent) {
+	if len(s.pending) >= replayMaxEvents {
+		s.overflowed = true
+		return
+	}
+	s.pending = append(s.pending, e)
 }
 
 func (s *subscription) allows(op Op) bool { return len(s.ops) == 0 || slices.Contains(s.ops, op) }
@@ -76,6 +96,13 @@ type sharedInformer struct {
 	// the deletion's own version, and its Change names the versions the delete started from.
 	versions map[types.UID]string
 	held     map[types.UID]string
+	// handled is the newest resourceVersion the handler has seen (a number, as etcd's
+	// revisions are; 0 while none was).
+	handled uint64
+
+	// client watches the events a replay needs; ctx ends with the informer.
+	client dynamic.Interface
+	ctx    context.Context
 }
 
 func newSharedInformer(client dynamic.Interface, cluster string, key informerKey, opts RegistryOptions, synced func(types.NamespacedName), log *slog.Logger) *sharedInformer {
@@ -90,6 +117,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		log:     log.With("resource", key.gvr.String(), "namespace", key.namespace),
 		subs:    map[types.NamespacedName]*subscription{},
 		done:    make(chan struct{}),
+		client:  client,
 
 		versions: map[types.UID]string{},
 		held:     map[types.UID]string{},
@@ -102,6 +130,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 			s.log.Error("object outside the informer's scope; refused", "reason", reason,
 				"objectNamespace", u.GetNamespace(), "name", u.GetName(), "apiVersion", u.GetAPIVersion())
 		}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.compactor.arena.idle = s.repackIfWasteful
 	s.informer = newCompactInformer(client, key.gvr, key.namespace, s.compactor)
 	_ = s.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
@@ -123,10 +152,11 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 }
 
 func (s *sharedInformer) run(parent context.Context) {
-	ctx, cancel := context.WithCancel(parent)
-	s.cancel = cancel
+	ctx := s.ctx
+	stop := context.AfterFunc(parent, s.cancel)
 	go func() {
 		defer close(s.done)
+		defer stop()
 		s.informer.RunWithContext(ctx)
 	}()
 	// Once the handler has seen the initial list, the subscribers that were waiting for it get
@@ -138,9 +168,53 @@ func (s *sharedInformer) run(parent context.Context) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, sub := range s.subs {
-			s.finishInitialLocked(sub)
+			if !sub.replaying {
+				s.finishInitialLocked(sub)
+			}
 		}
 	}()
+	if s.cursors != nil {
+		go s.recordTrails(ctx)
+	}
+}
+
+// recordTrails records, every trailInterval while events flow, each synced stream's position
+// in its trail (see replay.go).
+func (s *sharedInformer) recordTrails(ctx context.Context) {
+	t := time.NewTicker(trailInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var trails map[StreamID][]TrailPoint
+		now := time.Now().UnixMilli()
+		for _, sub := range s.subs {
+			if !sub.synced || sub.replaying || s.handled <= sub.trailRV {
+				continue
+			}
+			sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: now, RV: s.handled}), s.handled
+			if trails == nil {
+				trails = map[StreamID][]TrailPoint{}
+			}
+			trails[s.streamID(sub.target, sub.destination)] = slices.Clone(sub.trail)
+		}
+		s.mu.Unlock()
+		if len(trails) == 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, cursorTimeout)
+		err := s.cursors.SaveTrails(wctx, trails)
+		cancel()
+		if err != nil && !failing {
+			s.log.Warn("cannot record the streams' positions; a successor may collapse versions this replica holds unpushed", "err", err)
+		}
+		failing = err != nil
+	}
 }
 
 func (s *sharedInformer) stop() {
@@ -215,8 +289,16 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 // subscribeLocked subscribes target afresh, resuming from cursor: it is handed the informer's
 // whole state (primeLocked).
 func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subscriptionSpec, cursor Cursor) {
-	sub := &subscription{target: target, subscriptionSpec: spec, seen: map[types.UID][32]byte{}, cursor: cursor, listed: map[string]bool{}}
+	sub := &subscription{target: target, subscriptionSpec: spec, seen: map[types.UID][32]byte{}, cursor: cursor, listed: map[string]bool{},
+		trail: cursor.Trail}
 	s.subs[target] = sub
+	if cursor.Known && len(cursor.Trail) > 0 && s.client != nil {
+		// The previous owner may have held changes unpushed: they are replayed first.
+		sub.replaying = true
+		go s.resumeWithReplay(s.ctx, sub)
+		return
+	}
+	s.metrics.replayed(s.cluster, s.key.gvr, ReplayNone, 0, 0)
 	s.primeLocked(sub)
 }
 
@@ -381,6 +463,10 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
 	})
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
+	if s.handled > sub.trailRV {
+		// Handed every event up to here: a successor replays from no earlier.
+		sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: time.Now().UnixMilli(), RV: s.handled}), s.handled
+	}
 	if s.synced != nil {
 		s.synced(sub.target)
 	}
@@ -410,6 +496,14 @@ func (s *sharedInformer) status(target types.NamespacedName) (synced bool, err e
 	return synced, s.lastErr
 }
 
+// advanceLocked records that the handler has seen u's version: every subscriber not replaying
+// has been handed every event up to the newest such version (handled).
+func (s *sharedInformer) advanceLocked(u *compactObject) {
+	if rv, ok := parseRV(u.GetResourceVersion()); ok && rv > s.handled {
+		s.handled = rv
+	}
+}
+
 // terminating reports whether a compact object carries a deletionTimestamp.
 func terminating(u *compactObject) bool { return u.DeletionTimestamp != nil }
 
@@ -433,6 +527,7 @@ func (s *sharedInformer) onUpsert(obj any, old *compactObject, op Op, initial bo
 	s.mu.Lock() // a manifest is read under mu: repackLocked moves it
 	defer s.mu.Unlock()
 	s.trackLocked(u, old)
+	s.advanceLocked(u)
 	manifest, err := manifestOf(u)
 	if err != nil {
 		s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
@@ -444,33 +539,46 @@ func (s *sharedInformer) onUpsert(obj any, old *compactObject, op Op, initial bo
 		base = old.GetResourceVersion()
 	}
 	for _, sub := range s.subs {
+		if sub.replaying {
+			// Its initial state comes after the replay; live events wait until then.
+			if !initial {
+				sub.hold(pendingEvent{obj: u, old: old, op: op})
+			}
+			continue
+		}
 		if initial && !sub.synced {
 			s.initialLocked(sub, u, manifest, sum)
 			continue
 		}
-		if !sub.synced && sub.listed != nil {
-			// An event the handler delivers between the initial list's last object and the
-			// end of the initial state (finishInitialLocked, from another goroutine) is handed
-			// over before the sweep: the sweep must keep its file.
-			sub.listed[objectField(u.GetNamespace(), u.GetName())] = true
-		}
-		prev, known := sub.seen[u.GetUID()]
-		if known && prev == sum {
-			continue // only server-side or status fields changed: nothing declared changed
-		}
-		if s.excludedLocked(sub, u) {
-			// Not mirrored, and not seeding the dedup state either: the folder does not hold
-			// this form, so the next write that produces it must be mirrored.
-			continue
-		}
-		sub.seen[u.GetUID()] = sum
-		if !sub.allows(op) {
-			continue
-		}
-		c := s.change(sub, u, op)
-		c.Manifest, c.Digest, c.BaseResourceVersion = manifest, sum, base
-		s.emit(c)
+		s.upsertOneLocked(sub, u, manifest, sum, op, base, false)
 	}
+}
+
+// upsertOneLocked hands sub a created or updated object, unless nothing it declares changed
+// or the stream excludes the write.
+func (s *sharedInformer) upsertOneLocked(sub *subscription, u *compactObject, manifest []byte, sum [32]byte, op Op, base string, replayed bool) {
+	if !sub.synced && sub.listed != nil {
+		// An event the handler delivers between the initial list's last object and the end
+		// of the initial state (finishInitialLocked, from another goroutine), or one a replay
+		// hands over, comes before the sweep: the sweep must keep its file.
+		sub.listed[objectField(u.GetNamespace(), u.GetName())] = true
+	}
+	prev, known := sub.seen[u.GetUID()]
+	if known && prev == sum {
+		return // only server-side or status fields changed: nothing declared changed
+	}
+	if s.excludedLocked(sub, u) {
+		// Not mirrored, and not seeding the dedup state either: the folder does not hold
+		// this form, so the next write that produces it must be mirrored.
+		return
+	}
+	sub.seen[u.GetUID()] = sum
+	if !sub.allows(op) {
+		return
+	}
+	c := s.change(sub, u, op)
+	c.Manifest, c.Digest, c.BaseResourceVersion, c.Replayed = manifest, sum, base, replayed
+	s.emit(c)
 }
 
 func (s *sharedInformer) onDelete(obj any) {
@@ -484,17 +592,27 @@ func (s *sharedInformer) onDelete(obj any) {
 	s.metrics.observed(s.cluster, s.key.gvr, OpDelete)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.advanceLocked(u)
 	uid := u.GetUID()
 	base, held := s.versions[uid], s.held[uid]
 	delete(s.versions, uid)
 	delete(s.held, uid)
 	for _, sub := range s.subs {
-		delete(sub.seen, uid)
-		if sub.allows(OpDelete) {
-			c := s.change(sub, u, OpDelete)
-			c.BaseResourceVersion, c.DeletionBaseResourceVersion = base, held
-			s.emit(c)
+		if sub.replaying {
+			sub.hold(pendingEvent{obj: u, op: OpDelete, base: base, held: held})
+			continue
 		}
+		s.deleteOneLocked(sub, u, base, held)
+	}
+}
+
+// deleteOneLocked hands sub a deleted object.
+func (s *sharedInformer) deleteOneLocked(sub *subscription, u *compactObject, base, held string) {
+	delete(sub.seen, u.GetUID())
+	if sub.allows(OpDelete) {
+		c := s.change(sub, u, OpDelete)
+		c.BaseResourceVersion, c.DeletionBaseResourceVersion = base, held
+		s.emit(c)
 	}
 }
 

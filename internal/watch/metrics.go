@@ -16,6 +16,8 @@ type Metrics struct {
 	triggers  *prometheus.GaugeVec
 	repacks   *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
+	replays   *prometheus.CounterVec
+	replayEvs *prometheus.CounterVec
 }
 
 // NewMetrics creates the watch metrics and registers them with reg.
@@ -50,6 +52,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_watch_objects_refused_total",
 			Help: "Objects a cluster's list or watch returned outside what the informer asked for, refused before they are kept, by cluster, resource and reason (namespace: another namespace than the watched one; group: an apiVersion of another API group). Only a non-conformant server sends them.",
 		}, []string{"cluster", "resource", "reason"}),
+		replays: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_replays_total",
+			Help: "Streams resumed (a start, a takeover, a rebuild), by cluster, resource and result: replayed (the events since the previous owner's recorded position were replayed, so nothing it held unpushed is collapsed), expired (the apiserver no longer held them), failed (the watch failed, or too many events), no_trail (no position recorded: a first start, or a stream that saw no event).",
+		}, []string{"cluster", "resource", "result"}),
+		replayEvs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_replayed_events_total",
+			Help: "Events resumed streams' replays read, by cluster, resource and kind: read (all), unpushed (those the cursor did not show pushed: versions a lost owner held, handed over again).",
+		}, []string{"cluster", "resource", "kind"}),
+	}
+}
+
+func (m *Metrics) replayed(cluster string, gvr schema.GroupVersionResource, result string, read, unpushed int) {
+	if m != nil {
+		m.replays.WithLabelValues(cluster, resourceLabel(gvr), result).Inc()
+		m.replayEvs.WithLabelValues(cluster, resourceLabel(gvr), "read").Add(float64(read))
+		m.replayEvs.WithLabelValues(cluster, resourceLabel(gvr), "unpushed").Add(float64(unpushed))
 	}
 }
 

@@ -1,0 +1,143 @@
+package watch
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+)
+
+func TestTrailKeepsRetentionAndOnePointBefore(t *testing.T) {
+	var trail []TrailPoint
+	step := trailInterval.Milliseconds()
+	n := int(trailRetention/trailInterval) + 20
+	for i := range n {
+		trail = trailAdd(trail, TrailPoint{At: int64(i) * step, RV: uint64(100 + i)})
+	}
+	newest := trail[len(trail)-1]
+	if newest.RV != uint64(100+n-1) {
+		t.Fatalf("newest point %v", newest)
+	}
+	cut := newest.At - trailRetention.Milliseconds()
+	if trail[0].At > cut {
+		t.Fatalf("oldest point %v is inside the retention (cut %d): the point before it was dropped", trail[0], cut)
+	}
+	if len(trail) > 1 && trail[1].At <= cut {
+		t.Fatalf("points before the retention kept: %v, %v", trail[0], trail[1])
+	}
+	if max := int(trailRetention/trailInterval) + 2; len(trail) > max {
+		t.Fatalf("%d points kept, want at most %d", len(trail), max)
+	}
+
+	b, err := json.Marshal(trail[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []TrailPoint
+	if err := json.Unmarshal(b, &back); err != nil || back[0] != trail[0] || back[1] != trail[1] {
+		t.Fatalf("round trip of %s: %v, %v", b, back, err)
+	}
+}
+
+func TestReplayStart(t *testing.T) {
+	if _, ok := replayStart(nil, time.Minute); ok {
+		t.Fatal("a replay start from an empty trail")
+	}
+	s := int64(1000)
+	trail := []TrailPoint{{At: 0, RV: 10}, {At: 100 * s, RV: 20}, {At: 200 * s, RV: 30}, {At: 300 * s, RV: 40}}
+	for _, c := range []struct {
+		lookback time.Duration
+		want     uint64
+	}{
+		{0, 40},                 // the newest point itself
+		{50 * time.Second, 30},  // the newest point at least 50s before the newest
+		{100 * time.Second, 30}, // exactly 100s before
+		{150 * time.Second, 20}, // 150s: the point at 100s
+		{10 * time.Minute, 10},  // older than the trail: its oldest point
+		{299 * time.Second, 10}, // just after the oldest point
+		{300 * time.Second, 10}, // the oldest point itself
+		{301 * time.Second, 10}, // before the trail: its oldest point
+		{1 * time.Millisecond, 30},
+	} {
+		if got, _ := replayStart(trail, c.lookback); got != c.want {
+			t.Errorf("lookback %s: start %d, want %d", c.lookback, got, c.want)
+		}
+	}
+}
+
+// The hand-over after a replay: the replayed events the cursor does not show pushed come first,
+// in order and marked Replayed (of an object neither in the cursor nor alive, only its delete),
+// then the state of objects the replay covered is recognised by the dedup, then the live events
+// held back beyond the replay's end, then the sweep; an object the replay deleted is not
+// deleted a second time.
+func TestHandOverAfterReplay(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
+	var got []Change
+	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"},
+		emit: func(c Change) { got = append(got, c) }, subs: map[types.NamespacedName]*subscription{},
+		versions: map[types.UID]string{}, held: map[types.UID]string{}, compactor: &compactor{}}
+	s.informer = newCompactInformer(client, configMaps, "demo", s.compactor)
+	obj := func(name, rv string) *compactObject {
+		return &compactObject{Name: name, Namespace: "demo", UID: types.UID("uid-" + name), ResourceVersion: rv, manifest: name + "@" + rv}
+	}
+	store := s.informer.GetStore()
+	require.NoError(t, store.Add(obj("x", "7")))
+	require.NoError(t, store.Add(obj("y", "8")))
+	require.NoError(t, store.Add(obj("late", "13"))) // changed after the replay's end
+
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	sub := &subscription{target: target, seen: map[types.UID][32]byte{}, listed: map[string]bool{}, replaying: true,
+		cursor: Cursor{Known: true, Objects: map[string]CursorEntry{
+			"demo/x":    {UID: "uid-x", ResourceVersion: "5"},
+			"demo/w":    {UID: "uid-w", ResourceVersion: "4"},
+			"demo/late": {UID: "uid-late", ResourceVersion: "3"},
+		}}}
+	s.subs[target] = sub
+	sub.hold(pendingEvent{obj: obj("x", "7"), old: obj("x", "6"), op: OpUpdate}) // covered by the replay
+	sub.hold(pendingEvent{obj: obj("late", "13"), old: obj("late", "3"), op: OpUpdate})
+	sub.hold(pendingEvent{obj: obj("x", "12"), old: obj("x", "7"), op: OpUpdate})
+
+	events := []replayEvent{
+		{typ: watch.Modified, obj: obj("x", "5"), rv: 5}, // pushed
+		{typ: watch.Modified, obj: obj("x", "6"), rv: 6},
+		{typ: watch.Modified, obj: obj("x", "7"), rv: 7},
+		{typ: watch.Added, obj: obj("y", "8"), rv: 8},
+		{typ: watch.Added, obj: obj("z", "9"), rv: 9}, // neither in the cursor nor alive: only its delete
+		{typ: watch.Deleted, obj: obj("z", "10"), rv: 10},
+		{typ: watch.Deleted, obj: obj("w", "11"), rv: 11},
+	}
+	s.mu.Lock()
+	s.handOverAfterReplayLocked(sub, events, 11, true)
+	s.mu.Unlock()
+
+	var seq []string
+	for _, c := range got {
+		seq = append(seq, fmt.Sprintf("%s %s@%s replayed=%v", c.Op, c.Name, c.ResourceVersion, c.Replayed))
+	}
+	require.Equal(t, []string{
+		"update x@6 replayed=true",
+		"update x@7 replayed=true",
+		"create y@8 replayed=true",
+		"delete z@10 replayed=true",
+		"delete w@11 replayed=true",
+		"update late@13 replayed=false",
+		"update x@12 replayed=false",
+		"sweep @ replayed=false",
+	}, seq)
+	require.Equal(t, "5", got[0].BaseResourceVersion, "the first replayed version's base is the pushed one")
+	require.Equal(t, "6", got[1].BaseResourceVersion)
+	sweep := got[len(got)-1]
+	for _, k := range []string{"demo/x", "demo/y", "demo/late", "demo/w", "demo/z"} { // w's and z's files go with their deletes
+		require.True(t, sweep.Keep[k], k)
+	}
+	require.False(t, sub.replaying)
+	require.True(t, sub.synced)
+}
