@@ -1,6 +1,7 @@
 package git
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -69,6 +70,12 @@ func redactedMarker(s string) string {
 }
 
 func (c Credentials) empty() bool { return c.Username == "" && c.Password == "" }
+
+// equal reports whether c and o are the same credentials.
+func (c Credentials) equal(o Credentials) bool {
+	return c.Username == o.Username && c.Password == o.Password && bytes.Equal(c.CABundle, o.CABundle) &&
+		bytes.Equal(c.SSHKey, o.SSHKey) && bytes.Equal(c.KnownHosts, o.KnownHosts)
+}
 
 // basicAuth is the HTTP basic authentication (a token works as the password).
 func (c Credentials) basicAuth() *githttp.BasicAuth {

@@ -370,6 +370,37 @@ func (w *Worker) remoteAuth() (transport.AuthMethod, []byte) {
 // SetCredentials replaces the credentials of a running worker; the next clone, fetch or push
 // uses them. Rotating a token this way keeps everything the worker holds, including commits
 // that failed to push with the old one. The credentials are validated as NewWorker does.
+// Adopt applies a provider's settings r to the running worker where it can: new credentials and
+// a new fetch interval take effect in place. It reports false, changing nothing, when r names
+// another repository, committer, commit window or author e-mail domain: only a new worker runs
+// with those. The worker is the one holder of its settings; r.Provider is not compared (the
+// router keys its workers by provider and branch).
+func (w *Worker) Adopt(r Remote) (bool, error) {
+	if r.URL != w.opts.URL || r.Committer != w.opts.Committer || r.CommitWindow != w.opts.CommitWindow ||
+		r.AuthorEmailDomain != w.opts.AuthorEmailDomain {
+		return false, nil
+	}
+	w.credsMu.Lock()
+	same := w.creds.equal(r.Credentials)
+	w.credsMu.Unlock()
+	if !same {
+		if err := w.SetCredentials(r.Credentials); err != nil {
+			return false, err
+		}
+	}
+	w.SetFetchInterval(r.FetchInterval)
+	return true, nil
+}
+
+// Remote reports the settings the worker runs with; Provider is left empty.
+func (w *Worker) Remote() Remote {
+	w.credsMu.Lock()
+	creds := w.creds
+	w.credsMu.Unlock()
+	return Remote{URL: w.opts.URL, Credentials: creds, Committer: w.opts.Committer, CommitWindow: w.opts.CommitWindow,
+		AuthorEmailDomain: w.opts.AuthorEmailDomain, FetchInterval: time.Duration(w.fetchEvery.Load())}
+}
+
 func (w *Worker) SetCredentials(c Credentials) error {
 	auth, err := authFor(w.opts.URL, c)
 	if err != nil {

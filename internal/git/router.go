@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -146,7 +145,6 @@ type workerKey struct {
 
 type runningWorker struct {
 	key    workerKey
-	remote Remote
 	worker *Worker
 	cancel context.CancelFunc
 }
@@ -518,7 +516,7 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	st.StartOvers, st.ForeignEdits = startOvers, foreignEdits
 	if routed {
 		ws := rt.worker.worker.Status()
-		st.Routed, st.URL, st.Branch = true, rt.worker.remote.URL, rt.worker.key.branch
+		st.Routed, st.URL, st.Branch = true, rt.worker.worker.Remote().URL, rt.worker.key.branch
 		st.LastError, st.Pending = ws.LastError, ws.Pending
 		r.countMu.Lock()
 		if c := r.counts[target]; c.stream == rt.id() {
@@ -581,20 +579,11 @@ func (r *Router) Deliver(ac attribution.AttributedChange) {
 func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker, error) {
 	old, replacing := r.workers[k]
 	if replacing {
-		if reflect.DeepEqual(old.remote, remote) {
-			return old, nil
+		adopted, err := old.worker.Adopt(remote)
+		if err != nil {
+			return nil, err
 		}
-		inPlace := remote
-		inPlace.Credentials, inPlace.FetchInterval = old.remote.Credentials, old.remote.FetchInterval
-		if reflect.DeepEqual(old.remote, inPlace) {
-			if !reflect.DeepEqual(old.remote.Credentials, remote.Credentials) {
-				if err := old.worker.SetCredentials(remote.Credentials); err != nil {
-					return nil, err
-				}
-				old.remote.Credentials = remote.Credentials
-			}
-			old.worker.SetFetchInterval(remote.FetchInterval)
-			old.remote.FetchInterval = remote.FetchInterval
+		if adopted {
 			return old, nil
 		}
 		r.stopWorkerLocked(old)
@@ -628,7 +617,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	rw.remote, rw.worker, rw.cancel = remote, w, cancel
+	rw.worker, rw.cancel = w, cancel
 	r.workers[k] = rw
 	r.group.Add(1)
 	go func() {
@@ -874,7 +863,9 @@ func (r *Router) RouteOf(target types.NamespacedName) (RouteInfo, bool) {
 	if !ok {
 		return RouteInfo{}, false
 	}
-	return RouteInfo{Remote: rt.worker.remote, Branch: rt.worker.key.branch, Path: rt.path, Stream: rt.stream, Cluster: rt.cluster, Worker: rt.worker.worker}, true
+	remote := rt.worker.worker.Remote()
+	remote.Provider = rt.worker.key.provider
+	return RouteInfo{Remote: remote, Branch: rt.worker.key.branch, Path: rt.path, Stream: rt.stream, Cluster: rt.cluster, Worker: rt.worker.worker}, true
 }
 
 // WorkerCount is the number of running branch workers.
