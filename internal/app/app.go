@@ -198,15 +198,6 @@ func New(opts Options) (_ *App, err error) {
 	src, _ := attribution.ParseSource(opts.AttributionSource) // validated above
 	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
-	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors,
-		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix), SupersededHold: opts.LeaseDuration})
-	var owners controller.Ownership
-	if opts.Coordination == CoordinationLeases {
-		if a.membership, err = a.newMembership(kube); err != nil {
-			return nil, err
-		}
-		owners = a.membership
-	}
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
 		Render:           declared.Manifest,
 		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
@@ -217,6 +208,16 @@ func New(opts Options) (_ *App, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors,
+		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix), SupersededHold: opts.LeaseDuration,
+		Streams: a.sources})
+	var owners controller.Ownership
+	if opts.Coordination == CoordinationLeases {
+		if a.membership, err = a.newMembership(kube); err != nil {
+			return nil, err
+		}
+		owners = a.membership
 	}
 	// The cluster kubescribe runs in is the first source cluster, under its audit route.
 	if _, err := a.sources.AddCluster(opts.ClusterName, dyn, memory.NewMemCacheClient(dc)); err != nil {

@@ -128,11 +128,10 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 // replayMark is what replayIfLost last acted on for a GitTarget.
 type replayMark struct{ startOvers, foreignEdits int }
 
-// replayIfLost has the target's streams hand their whole state over again when its branch no
-// longer holds what was pushed, as the router reports it: the branch worker started the branch
-// over (git.TargetStatus.StartOvers; the new branch would otherwise hold only the objects that
-// change from now on), or someone else's commits changed the target's folder (ForeignEdits;
-// their edits of the files of unchanged objects would stay until a restart).
+// replayIfLost reports, once each, that the target's streams handed their whole state over
+// again because its branch no longer held what was pushed, as the router did it: the branch
+// worker started the branch over (git.TargetStatus.StartOvers; a Warning event), or someone else's
+// commits changed the target's folder (ForeignEdits; a log line).
 func (c *Controller) replayIfLost(name types.NamespacedName, t *v1alpha1.GitTarget, st git.TargetStatus) {
 	now := replayMark{startOvers: st.StartOvers, foreignEdits: st.ForeignEdits}
 	c.mu.Lock()
@@ -142,10 +141,7 @@ func (c *Controller) replayIfLost(name types.NamespacedName, t *v1alpha1.GitTarg
 	if now == seen {
 		return
 	}
-	streams := 0
-	if source := c.opts.Sources.Cluster(c.clusterOf(t.Spec.Destination())); source != nil {
-		streams = source.Replay(name)
-	}
+	streams := st.ReplayedStreams
 	branch := st.Branch
 	if branch == "" {
 		branch = t.Spec.Branch // this sync left the target unrouted

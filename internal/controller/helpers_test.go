@@ -448,14 +448,14 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		repoDir: repoDir,
 	}
 	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	f.router = git.NewRouter(git.RouterOptions{Logger: log})
-	f.router.Start(context.Background())
 	sources, err := watch.NewRegistry(watch.RegistryOptions{
 		Render: renderName,
 		Emit:   func(ch watch.Change) { f.joined.join(ch, f.router.Deliver) },
 		Logger: log,
 	})
 	require.NoError(t, err)
+	f.router = git.NewRouter(git.RouterOptions{Logger: log, Streams: sources})
+	f.router.Start(context.Background())
 	_, err = sources.AddCluster(testCluster, source, dc)
 	require.NoError(t, err)
 	sources.Start(context.Background())

@@ -17,9 +17,10 @@ import (
 )
 
 // TestSyncTargetReplaysWhenTheBranchStartedOver: the branch is deleted on the server and its
-// objects collected; the worker's next push is refused and it starts the branch over. The next
-// sync of the GitTarget has its rule's stream hand the whole state over again, so the branch
-// comes back with every file, records a Warning event, and a later sync does not replay again.
+// objects collected; the worker's next push is refused and it starts the branch over. The
+// router has the GitTarget's rule's stream hand the whole state over again, without waiting for
+// a sync, so the branch comes back with every file; the next sync records a Warning event, and
+// a later one does not report it again.
 func TestSyncTargetReplaysWhenTheBranchStartedOver(t *testing.T) {
 	f := newFixture(t, fixtureConfig{objects: retargetSeed("apps"), secrets: []runtime.Object{credsSecret()}})
 	f.settledAt("main", "apps")
@@ -30,10 +31,9 @@ func TestSyncTargetReplaysWhenTheBranchStartedOver(t *testing.T) {
 	_, err := f.dyn.Resource(configMapsGVR).Namespace(testNS).Create(context.Background(), newConfigMap("second"), metav1.CreateOptions{})
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the start-over", func() bool { return f.router.TargetStatus(nn("web")).StartOvers == 1 })
-	require.Nil(t, branchFiles(f.repoDir, "main"), "nothing is pushed before the replay")
-	require.NoError(t, f.syncTarget("web"))
 	want := []string{"apps/" + testNS + "/core/configmaps/second.yaml", "apps/" + testNS + "/core/configmaps/settings.yaml"}
 	waitFor(t, 30*time.Second, "every file on the branch again", func() bool { return slices.Equal(branchFiles(f.repoDir, "main"), want) })
+	require.NoError(t, f.syncTarget("web"))
 
 	waitFor(t, 10*time.Second, "the BranchStartedOver event", func() bool {
 		list, err := f.kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{})
@@ -51,8 +51,9 @@ func TestSyncTargetReplaysWhenTheBranchStartedOver(t *testing.T) {
 }
 
 // TestSyncTargetReplaysAfterAForeignEdit: someone else's commit removes the GitTarget's file;
-// once the worker learns of it (its next push is refused), the next sync of the target has its
-// stream hand the state over again, and the file is back: no event, an info line.
+// once the worker learns of it (its next push is refused), the router has the target's stream
+// hand the state over again, and the file is back; the next sync reports it with an info line,
+// no event.
 func TestSyncTargetReplaysAfterAForeignEdit(t *testing.T) {
 	f := newFixture(t, fixtureConfig{objects: retargetSeed("apps"), secrets: []runtime.Object{credsSecret()}})
 	f.settledAt("main", "apps")
@@ -66,8 +67,8 @@ func TestSyncTargetReplaysAfterAForeignEdit(t *testing.T) {
 	_, err := f.dyn.Resource(configMapsGVR).Namespace(testNS).Create(context.Background(), newConfigMap("second"), metav1.CreateOptions{})
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the foreign edit found", func() bool { return f.router.TargetStatus(nn("web")).ForeignEdits == 1 })
-	require.NoError(t, f.syncTarget("web"))
 	waitFor(t, 30*time.Second, "the removed file back", func() bool { return slices.Contains(branchFiles(f.repoDir, "main"), settings) })
+	require.NoError(t, f.syncTarget("web"))
 	require.NoError(t, f.syncTarget("web"))
 	require.Equal(t, 1, strings.Count(f.logs.String(), "someone else's commits changed the GitTarget's folder; its streams hand their state over again"))
 	list, err := f.kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{})

@@ -73,14 +73,17 @@ type TargetStatus struct {
 	// folder: the worker holds the target's changes, uncommitted, until the folder is fixed.
 	FolderRefused *FolderRefusedError
 	// StartOvers counts the times the worker of the target's branch started the branch over
-	// from nothing since this router started (Worker.startOver): each time, the target's
-	// streams must hand their whole state over again (watch.Cluster.Replay), or the branch
-	// comes back without the files of objects that do not change.
+	// from nothing since this router started (Worker.startOver): each time, the router had the
+	// target's streams hand their whole state over again (RouterOptions.Streams), or the branch
+	// would come back without the files of objects that do not change.
 	StartOvers int
 	// ForeignEdits counts the times the worker found someone else's commits changed the
 	// target's folder since this router started (ReplayRequest.Folders): each time, the
-	// target's streams hand their state over again, so that the folder is the cluster again.
+	// target's streams handed their state over again, so that the folder is the cluster again.
 	ForeignEdits int
+	// ReplayedStreams is how many streams the target's last replay (a start-over or a foreign
+	// edit) had hand their state over again.
+	ReplayedStreams int
 }
 
 // FolderRecord is a folder kubescribe pushed: the tree its last push left in it. The
@@ -101,11 +104,20 @@ type cursorAdvancer interface {
 	Advance(ctx context.Context, changes []watch.Change) error
 }
 
+// streamReplayer has a target's streams hand their state over again; watch.Registry implements it.
+type streamReplayer interface {
+	Replay(cluster string, target types.NamespacedName) int
+}
+
 // cursorTimeout bounds one cursor advance.
 const cursorTimeout = 5 * time.Second
 
 // RouterOptions configures a Router.
 type RouterOptions struct {
+	// Streams, when set, is asked to have a target's streams hand their state over again when
+	// its branch no longer holds what was pushed (a worker started it over, or found someone
+	// else's commits in the target's folder).
+	Streams streamReplayer
 	// Cursors, when set, is told of every change a push delivered, so a restart resumes
 	// after it. A failed advance is logged; the next start replays those changes, which the
 	// writer recognises as already on the branch.
@@ -207,6 +219,8 @@ type Router struct {
 	// startOvers and foreignEdits count, by target, the start-overs of the branches it was
 	// routed to and the foreign edits of its folder (TargetStatus.StartOvers, ForeignEdits).
 	startOvers, foreignEdits map[types.NamespacedName]int
+	// replayedStreams is, by target, how many streams its last replay concerned.
+	replayedStreams map[types.NamespacedName]int
 	// released are the targets another replica writes (Release, or a superseded worker):
 	// their changes are dropped quietly. superseded are the branches whose worker a newer
 	// writer took over, with when, until ClearSuperseded or SupersededHold later.
@@ -235,10 +249,11 @@ func NewRouter(opts RouterOptions) *Router {
 		closes:  map[string]*closeState{},
 		updated: notify.NewSet[types.NamespacedName](),
 
-		startOvers:   map[types.NamespacedName]int{},
-		foreignEdits: map[types.NamespacedName]int{},
-		released:     map[types.NamespacedName]struct{}{},
-		superseded:   map[workerKey]time.Time{},
+		startOvers:      map[types.NamespacedName]int{},
+		foreignEdits:    map[types.NamespacedName]int{},
+		replayedStreams: map[types.NamespacedName]int{},
+		released:        map[types.NamespacedName]struct{}{},
+		superseded:      map[workerKey]time.Time{},
 	}
 }
 
@@ -394,6 +409,7 @@ func (r *Router) Unroute(target types.NamespacedName, forget bool) {
 		delete(r.pushes, target)
 		delete(r.startOvers, target)
 		delete(r.foreignEdits, target)
+		delete(r.replayedStreams, target)
 	}
 }
 
@@ -507,13 +523,13 @@ func (r *Router) TargetStatus(target types.NamespacedName) TargetStatus {
 	r.mu.RLock()
 	rt, routed := r.routes[target]
 	push := r.pushes[target]
-	startOvers, foreignEdits := r.startOvers[target], r.foreignEdits[target]
+	startOvers, foreignEdits, replayed := r.startOvers[target], r.foreignEdits[target], r.replayedStreams[target]
 	r.mu.RUnlock()
 	var st TargetStatus
 	if push.sha != "" {
 		st.LastCommit, st.LastPush, st.FolderTree = push.sha, push.time, push.folder.Tree
 	}
-	st.StartOvers, st.ForeignEdits = startOvers, foreignEdits
+	st.StartOvers, st.ForeignEdits, st.ReplayedStreams = startOvers, foreignEdits, replayed
 	if routed {
 		ws := rt.worker.worker.Status()
 		st.Routed, st.URL, st.Branch = true, rt.worker.worker.Remote().URL, rt.worker.key.branch
@@ -787,11 +803,12 @@ func (r *Router) countDoneLocked(c watch.Change, rt route) bool {
 	return true
 }
 
-// onReplay records that worker k's branch no longer holds what it pushed, and signals the
-// targets concerned, whose streams are to hand their state over again. A start-over concerns
-// every target on the branch; the changes it dropped count as done for their targets (their
-// streams hand them over again, and they are counted then). Foreign edits concern the targets
-// writing into the folders named.
+// onReplay has the streams of the targets concerned hand their state over again (their
+// worker's branch no longer holds what it pushed), then records it for their status and signals
+// them. A start-over concerns every target on the branch; the changes it dropped count as done
+// for their targets (their streams hand them over again, and they are counted then). Foreign
+// edits concern the targets writing into the folders named. It runs in the worker's goroutine:
+// the state handed over reaches the worker after what it was told before.
 func (r *Router) onReplay(k workerKey, req ReplayRequest) {
 	r.mu.Lock()
 	r.countMu.Lock()
@@ -801,13 +818,30 @@ func (r *Router) onReplay(k workerKey, req ReplayRequest) {
 		}
 	}
 	r.countMu.Unlock()
-	counts, in := r.foreignEdits, func(f string) bool { return slices.Contains(req.Folders, f) }
+	in := func(f string) bool { return slices.Contains(req.Folders, f) }
 	if req.StartedOver {
-		counts, in = r.startOvers, nil // every folder of the branch
+		in = nil // every folder of the branch
 	}
 	targets := r.targetsLocked(k, in)
-	for _, name := range targets {
+	clusters := make([]string, len(targets))
+	for i, name := range targets {
+		clusters[i] = r.routes[name].cluster
+	}
+	r.mu.Unlock()
+	replayed := make([]int, len(targets))
+	if r.opts.Streams != nil {
+		for i, name := range targets {
+			replayed[i] = r.opts.Streams.Replay(clusters[i], name)
+		}
+	}
+	r.mu.Lock()
+	counts := r.foreignEdits
+	if req.StartedOver {
+		counts = r.startOvers
+	}
+	for i, name := range targets {
 		counts[name]++
+		r.replayedStreams[name] = replayed[i]
 	}
 	r.mu.Unlock()
 	if req.StartedOver {

@@ -379,6 +379,16 @@ func (c *Cluster) Replay(target types.NamespacedName) int {
 	return n
 }
 
+// Replay has target's streams in cluster hand their state over again (Cluster.Replay); it
+// returns the number of streams replayed, 0 for a cluster it does not know.
+func (r *Registry) Replay(cluster string, target types.NamespacedName) int {
+	c := r.Cluster(cluster)
+	if c == nil {
+		return 0
+	}
+	return c.Replay(target)
+}
+
 // Status reports whether every stream owner wants has delivered its initial state, and the
 // first watch error among them.
 func (c *Cluster) Status(owner string) (synced bool, err error) {
