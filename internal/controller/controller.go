@@ -164,8 +164,10 @@ type Controller struct {
 	// was last evaluated ("" when the target had no route): a retarget waits until every rule
 	// of the target has subscribed to the new destination.
 	evaluated map[string]string
-	// owned holds the branches (branchKey) this replica writes.
-	owned map[string]struct{}
+	// owned holds the branches (branchKey) this replica writes; replayUntil, by branch, until
+	// when its streams replay when subscribed (Resumable; zero: they do not).
+	owned       map[string]struct{}
+	replayUntil map[string]time.Time
 	// wanted holds, per rule owner, the streams of the local cluster the rule asks for,
 	// whichever replica runs them: what the attribution webhook configuration covers.
 	wanted map[string][]watch.StreamSpec
@@ -214,6 +216,7 @@ func New(opts Options) (*Controller, error) {
 		evaluated:     map[string]string{},
 		replayed:      map[types.NamespacedName]replayMark{},
 		owned:         map[string]struct{}{},
+		replayUntil:   map[string]time.Time{},
 		wanted:        map[string][]watch.StreamSpec{},
 	}
 	scheme := runtime.NewScheme()

@@ -26,6 +26,9 @@ type Ownership interface {
 	// TakeoverGap tells how long a branch just acquired had no writer, when its previous owner
 	// left.
 	TakeoverGap(key string) (time.Duration, bool)
+	// PreviousOwnerLost tells whether the writer of a branch this replica owns before it may
+	// have died holding changes it had not pushed.
+	PreviousOwnerLost(key string) bool
 }
 
 // HandoverMetrics counts the branches the controller comes to write and stops writing;
@@ -73,6 +76,49 @@ func (c *Controller) ownsTargetNamed(name types.NamespacedName) bool {
 	return c.ownsTarget(&t)
 }
 
+// Resumable tells the watch whether the streams of target, as they are subscribed now, should
+// replay the events since their trail (watch.RegistryOptions.Resumable): yes when whoever
+// wrote its branch before this replica may have died holding changes it had not pushed (always
+// without coordination: the writer before was this process's predecessor), no when a live
+// replica hands the branch over, which pushes what it holds itself (replaying it too would
+// commit those changes twice).
+//
+// The answer is taken when this replica comes to write the branch, and holds for
+// resumeWindow: a stream subscribed later (a rule selecting another resource) does not replay,
+// since the events since its trail are this replica's own, handed over and maybe still on their
+// way to the branch.
+func (c *Controller) Resumable(target types.NamespacedName) bool {
+	var t v1alpha1.GitTarget
+	if exists, err := c.get(kindTarget, target, &t); err != nil || !exists {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resumableLocked(branchKey(&t))
+}
+
+// resumeWindow is how long after this replica came to write a branch its streams replay.
+const resumeWindow = time.Minute
+
+// resumableLocked decides, the first time it is asked for a branch this replica did not write
+// yet, whether its streams replay, and answers from that decision until resumeWindow has
+// passed. c.mu must be held.
+func (c *Controller) resumableLocked(k string) bool {
+	now := time.Now()
+	if until, decided := c.replayUntil[k]; decided {
+		return now.Before(until)
+	}
+	if _, had := c.owned[k]; had {
+		return false // written here since before anything was decided: this replica's own streams
+	}
+	if c.opts.Ownership == nil || c.opts.Ownership.PreviousOwnerLost(k) {
+		c.replayUntil[k] = now.Add(resumeWindow)
+		return true
+	}
+	c.replayUntil[k] = time.Time{}
+	return false
+}
+
 // leads reports whether this replica runs the singletons.
 func (c *Controller) leads() bool {
 	return c.opts.Ownership == nil || c.opts.Ownership.Leading()
@@ -83,6 +129,9 @@ func (c *Controller) acquire(t *v1alpha1.GitTarget) {
 	k := branchKey(t)
 	c.mu.Lock()
 	_, had := c.owned[k]
+	if !had {
+		c.resumableLocked(k) // decided now if no stream asked yet
+	}
 	c.owned[k] = struct{}{}
 	n := len(c.owned)
 	c.mu.Unlock()
@@ -113,6 +162,7 @@ func (c *Controller) release(t *v1alpha1.GitTarget) {
 	c.mu.Lock()
 	_, had := c.owned[k]
 	delete(c.owned, k)
+	delete(c.replayUntil, k)
 	n := len(c.owned)
 	c.mu.Unlock()
 	if !had {

@@ -19,10 +19,12 @@ type fakeOwnership struct {
 	owned   map[string]bool
 	leading bool
 	c       chan struct{}
+	// handedOver are the keys a live replica hands over (PreviousOwnerLost false).
+	handedOver map[string]bool
 }
 
 func newFakeOwnership(leading bool) *fakeOwnership {
-	return &fakeOwnership{owned: map[string]bool{}, leading: leading, c: make(chan struct{}, 1)}
+	return &fakeOwnership{owned: map[string]bool{}, leading: leading, c: make(chan struct{}, 1), handedOver: map[string]bool{}}
 }
 
 func (o *fakeOwnership) Owns(k string) bool {
@@ -40,6 +42,11 @@ func (o *fakeOwnership) Leading() bool {
 func (o *fakeOwnership) Updates() <-chan struct{} { return o.c }
 
 func (o *fakeOwnership) TakeoverGap(string) (time.Duration, bool) { return 3 * time.Second, true }
+func (o *fakeOwnership) PreviousOwnerLost(k string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.handedOver[k]
+}
 
 func (o *fakeOwnership) own(k string, owns bool) {
 	o.mu.Lock()
@@ -132,4 +139,25 @@ func TestEveryReplicaKnowsWhatEveryRuleWatches(t *testing.T) {
 	require.NoError(t, f.dyn.Resource(v1alpha1.WatchRulesResource).Namespace(testNS).Delete(f.ctx, "cms", metav1.DeleteOptions{}))
 	require.NoError(t, f.syncRule("cms"))
 	require.Empty(t, f.c.wantedStreams())
+}
+
+// A branch's streams replay when this replica comes to write it after its writer was lost, for
+// resumeWindow; not when a live replica hands it over, nor for a branch written here all along,
+// nor after the window (a stream subscribed then carries this replica's own changes).
+func TestResumableOnlyRightAfterALoss(t *testing.T) {
+	o := newFakeOwnership(false)
+	o.handedOver["ns/p:handed"] = true
+	c := &Controller{opts: Options{Ownership: o}, owned: map[string]struct{}{}, replayUntil: map[string]time.Time{}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.True(t, c.resumableLocked("ns/p:lost"))
+	require.True(t, c.resumableLocked("ns/p:lost"), "asked again within the window")
+	require.False(t, c.resumableLocked("ns/p:handed"))
+	c.owned["ns/p:mine"] = struct{}{}
+	require.False(t, c.resumableLocked("ns/p:mine"), "written here before anything was decided")
+	c.replayUntil["ns/p:lost"] = time.Now().Add(-time.Second)
+	require.False(t, c.resumableLocked("ns/p:lost"), "after the window")
+
+	c.opts.Ownership = nil
+	require.True(t, c.resumableLocked("ns/p:alone"), "without coordination the writer before was this process's predecessor")
 }

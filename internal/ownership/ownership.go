@@ -258,6 +258,32 @@ func (m *Membership) TakeoverGap(key string) (time.Duration, bool) {
 	return max(0, m.opts.now().Sub(last)), true
 }
 
+// PreviousOwnerLost tells, for a key this replica owns, whether the writer before it may have
+// died holding changes it had not pushed, so that its streams should replay what it may have
+// held: the member that owned the key before has left (its Lease expired, or was deleted after
+// it pushed), or no other member would own it (the writer before was this replica's own previous
+// process, or nobody). It is false when a live member owned it before this replica came: that
+// member hands the key over while running, and pushes what it holds itself.
+func (m *Membership) PreviousOwnerLost(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	others := make([]string, 0, len(m.live)+len(m.departed))
+	for _, id := range m.live {
+		if id != m.opts.Identity {
+			others = append(others, id)
+		}
+	}
+	for id := range m.departed {
+		others = append(others, id)
+	}
+	prev := rank(key, others)
+	if prev == "" {
+		return true
+	}
+	_, gone := m.departed[prev]
+	return gone
+}
+
 // OwnerOf returns the member of members that owns key: what every replica computes from the
 // same view ("" for no member).
 func OwnerOf(key string, members []string) string { return rank(key, members) }

@@ -301,3 +301,29 @@ func leaseFor(name string, renewed metav1.MicroTime) *coordinationv1.Lease {
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(strings.TrimPrefix(name, "kubescribe-member-")), LeaseDurationSeconds: ptr.To(int32(1)), RenewTime: &renewed},
 	}
 }
+
+// PreviousOwnerLost: alone, a replica's predecessor was its own previous process (lost); a key a
+// joining replica wins from a live member is handed over (not lost); a key whose owner left is.
+func TestPreviousOwnerLost(t *testing.T) {
+	client := fake.NewClientset()
+	a := start(t, client, "kubescribe-a", nil)
+	agree(t, []string{"kubescribe-a"}, a)
+	for _, k := range keys(50) {
+		require.True(t, a.PreviousOwnerLost(k), "alone: the writer before was this replica's previous process")
+	}
+	b := start(t, client, "kubescribe-b", nil)
+	agree(t, []string{"kubescribe-a", "kubescribe-b"}, a, b)
+	var won []string
+	for _, k := range keys(50) {
+		if b.Owns(k) {
+			won = append(won, k)
+			require.False(t, b.PreviousOwnerLost(k), "%s: a, alive, hands it over and pushes what it holds", k)
+		}
+	}
+	require.NotEmpty(t, won)
+	b.stop()
+	agree(t, []string{"kubescribe-a"}, a)
+	for _, k := range won {
+		require.True(t, a.PreviousOwnerLost(k), "%s: b left", k)
+	}
+}

@@ -55,6 +55,8 @@ type subscription struct {
 	// trail is the stream's recorded positions (see replay.go); trailRV its newest position.
 	trail   []TrailPoint
 	trailRV uint64
+	// trailDirty is set when trail has a point not recorded yet.
+	trailDirty bool
 }
 
 // hold keeps a live event for after the replay.
@@ -100,9 +102,11 @@ type sharedInformer struct {
 	// revisions are; 0 while none was).
 	handled uint64
 
-	// client watches the events a replay needs; ctx ends with the informer.
-	client dynamic.Interface
-	ctx    context.Context
+	// client watches the events a replay needs; ctx ends with the informer. resumable is
+	// RegistryOptions.Resumable.
+	client    dynamic.Interface
+	resumable func(types.NamespacedName) bool
+	ctx       context.Context
 }
 
 func newSharedInformer(client dynamic.Interface, cluster string, key informerKey, opts RegistryOptions, synced func(types.NamespacedName), log *slog.Logger) *sharedInformer {
@@ -111,13 +115,14 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		key:     key,
 		synced:  synced,
 
-		emit:    opts.Emit,
-		metrics: opts.Metrics,
-		cursors: opts.Cursors,
-		log:     log.With("resource", key.gvr.String(), "namespace", key.namespace),
-		subs:    map[types.NamespacedName]*subscription{},
-		done:    make(chan struct{}),
-		client:  client,
+		emit:      opts.Emit,
+		metrics:   opts.Metrics,
+		cursors:   opts.Cursors,
+		log:       log.With("resource", key.gvr.String(), "namespace", key.namespace),
+		subs:      map[types.NamespacedName]*subscription{},
+		done:      make(chan struct{}),
+		client:    client,
+		resumable: opts.Resumable,
 
 		versions: map[types.UID]string{},
 		held:     map[types.UID]string{},
@@ -194,10 +199,17 @@ func (s *sharedInformer) recordTrails(ctx context.Context) {
 		var trails map[StreamID][]TrailPoint
 		now := time.Now().UnixMilli()
 		for _, sub := range s.subs {
-			if !sub.synced || sub.replaying || s.handled <= sub.trailRV {
+			if !sub.synced || sub.replaying {
 				continue
 			}
-			sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: now, RV: s.handled}), s.handled
+			if s.handled > sub.trailRV {
+				sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: now, RV: s.handled}), s.handled
+				sub.trailDirty = true
+			}
+			if !sub.trailDirty {
+				continue
+			}
+			sub.trailDirty = false
 			if trails == nil {
 				trails = map[StreamID][]TrailPoint{}
 			}
@@ -274,31 +286,39 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 	if len(added) == 0 {
 		return
 	}
-	// Cursors are read without holding up the informer's events.
+	// Cursors are read, and the owner asked whether to replay, without holding up the
+	// informer's events.
 	cursors := make(map[types.NamespacedName]Cursor, len(added))
+	replay := make(map[types.NamespacedName]bool, len(added))
 	for _, t := range added {
 		cursors[t] = s.loadCursor(t, subs[t].destination)
+		replay[t] = s.resumable == nil || s.resumable(t)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range added {
-		s.subscribeLocked(t, subs[t], cursors[t])
+		s.subscribeLocked(t, subs[t], cursors[t], replay[t])
 	}
 }
 
 // subscribeLocked subscribes target afresh, resuming from cursor: it is handed the informer's
-// whole state (primeLocked).
-func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subscriptionSpec, cursor Cursor) {
+// whole state (primeLocked), after the events since the cursor's trail when fromTrail is set
+// (resumeWithReplay). A rebuild of a stream this process feeds does not replay: the events
+// since its trail were handed over by this very process, and those not pushed yet are still
+// on their way to the branch.
+func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subscriptionSpec, cursor Cursor, fromTrail bool) {
 	sub := &subscription{target: target, subscriptionSpec: spec, seen: map[types.UID][32]byte{}, cursor: cursor, listed: map[string]bool{},
 		trail: cursor.Trail}
 	s.subs[target] = sub
-	if cursor.Known && len(cursor.Trail) > 0 && s.client != nil {
+	if fromTrail && cursor.Known && len(cursor.Trail) > 0 && s.client != nil {
 		// The previous owner may have held changes unpushed: they are replayed first.
 		sub.replaying = true
 		go s.resumeWithReplay(s.ctx, sub)
 		return
 	}
-	s.metrics.replayed(s.cluster, s.key.gvr, ReplayNone, 0, 0)
+	if fromTrail {
+		s.metrics.replayed(s.cluster, s.key.gvr, ReplayNone, 0, 0)
+	}
 	s.primeLocked(sub)
 }
 
@@ -321,7 +341,7 @@ func (s *sharedInformer) replay(target types.NamespacedName) bool {
 	if s.subs[target] != sub {
 		return true // subscribed again meanwhile: handed the whole state already
 	}
-	s.subscribeLocked(target, spec, cursor)
+	s.subscribeLocked(target, spec, cursor, false)
 	return true
 }
 
@@ -466,6 +486,7 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 	if s.handled > sub.trailRV {
 		// Handed every event up to here: a successor replays from no earlier.
 		sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: time.Now().UnixMilli(), RV: s.handled}), s.handled
+		sub.trailDirty = true
 	}
 	if s.synced != nil {
 		s.synced(sub.target)

@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"cluster", "resource", "reason"}),
 		replays: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_watch_replays_total",
-			Help: "Streams resumed (a start, a takeover, a rebuild), by cluster, resource and result: replayed (the events since the previous owner's recorded position were replayed, so nothing it held unpushed is collapsed), expired (the apiserver no longer held them), failed (the watch failed, or too many events), no_trail (no position recorded: a first start, or a stream that saw no event).",
+			Help: "Streams that resumed on a branch whose previous writer may have died holding changes (a start, a takeover from a replica that left), by cluster, resource and result: replayed (the events since the previous owner's recorded position were replayed, so nothing it held unpushed is collapsed), expired (the apiserver no longer held them), failed (the watch failed, or too many events), no_trail (no position recorded: a first start, or a stream that saw no event).",
 		}, []string{"cluster", "resource", "result"}),
 		replayEvs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_watch_replayed_events_total",

@@ -88,6 +88,10 @@ type RegistryOptions struct {
 	Emit    func(Change)
 	Logger  *slog.Logger
 	Metrics *Metrics // may be nil
+	// Resumable, when set, tells whether a target's streams, as they are subscribed, replay the
+	// events since their cursor's trail (replay.go): only when the writer of its branch before
+	// this process may have died holding changes it had not pushed. nil: always.
+	Resumable func(target types.NamespacedName) bool
 	// Cursors holds the streams' resume cursors. nil: no resume; every start hands each
 	// GitTarget the whole state as a snapshot and sweeps its folder.
 	Cursors cursorSource

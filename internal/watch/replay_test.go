@@ -3,6 +3,7 @@ package watch
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -140,4 +141,35 @@ func TestHandOverAfterReplay(t *testing.T) {
 	}
 	require.False(t, sub.replaying)
 	require.True(t, sub.synced)
+}
+
+// A stream subscribed with a trail (a start, a takeover) replays; a rebuild of a stream this
+// process feeds (replay: the branch started over, a foreign edit) does not, since the events
+// since its trail were handed over by this very process and may still be on their way.
+func TestOnlyASubscriptionReplays(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	trail := []TrailPoint{{At: 1, RV: 5}}
+	cursors := &fakeCursors{cursors: map[StreamID]Cursor{
+		{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}: {Known: true, Trail: trail},
+	}}
+	s := newSharedInformer(client, "local", informerKey{gvr: configMaps, namespace: "demo"},
+		RegistryOptions{Emit: func(Change) {}, Cursors: cursors}, nil, slog.New(slog.DiscardHandler))
+	defer s.cancel() // never run: the replay waits for a sync that does not come
+
+	s.setSubscriptions(map[types.NamespacedName]subscriptionSpec{target: {}})
+	s.mu.Lock()
+	replaying := s.subs[target].replaying
+	s.mu.Unlock()
+	require.True(t, replaying, "a subscription with a trail replays first")
+
+	s.mu.Lock()
+	s.subs[target].replaying = false // as if its hand-over was done
+	s.mu.Unlock()
+	require.True(t, s.replay(target))
+	s.mu.Lock()
+	replaying = s.subs[target].replaying
+	s.mu.Unlock()
+	require.False(t, replaying, "a rebuild replays")
 }
