@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/discovery"
@@ -205,7 +204,7 @@ func New(opts Options) (_ *App, err error) {
 		Logger:           a.log.With("component", "watch"),
 		Metrics:          watchMetrics,
 		Cursors:          cursors,
-		Resumable:        func(t types.NamespacedName) bool { return a.controller != nil && a.controller.Resumable(t) },
+		Resumable:        func(s watch.StreamID) bool { return a.controller != nil && a.controller.Resumable(s) },
 		DiscoveryRefresh: opts.DiscoveryRefresh,
 	})
 	if err != nil {

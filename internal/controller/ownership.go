@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // Ownership says which branches this replica writes and whether it runs the cluster-wide
@@ -84,17 +85,34 @@ func (c *Controller) ownsTargetNamed(name types.NamespacedName) bool {
 // commit those changes twice).
 //
 // The answer is taken when this replica comes to write the branch, and holds for
-// resumeWindow: a stream subscribed later (a rule selecting another resource) does not replay,
-// since the events since its trail are this replica's own, handed over and maybe still on their
-// way to the branch.
-func (c *Controller) Resumable(target types.NamespacedName) bool {
+// resumeWindow, once per stream: a stream subscribed again (its cluster's clients rebuilt) or
+// later (a rule selecting another resource) does not replay, since the events since its trail
+// are this replica's own, handed over and maybe still on their way to the branch.
+func (c *Controller) Resumable(stream watch.StreamID) bool {
 	var t v1alpha1.GitTarget
-	if exists, err := c.get(kindTarget, target, &t); err != nil || !exists {
+	if exists, err := c.get(kindTarget, stream.Target, &t); err != nil || !exists {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.resumableLocked(branchKey(&t))
+	return c.resumableStreamLocked(branchKey(&t), stream)
+}
+
+// resumableStreamLocked answers Resumable for a stream of branch k. c.mu must be held.
+func (c *Controller) resumableStreamLocked(k string, stream watch.StreamID) bool {
+	if !c.resumableLocked(k) {
+		return false
+	}
+	answered := c.replayedStreams[k]
+	if answered == nil {
+		answered = map[watch.StreamID]bool{}
+		c.replayedStreams[k] = answered
+	}
+	if answered[stream] {
+		return false
+	}
+	answered[stream] = true
+	return true
 }
 
 // resumeWindow is how long after this replica came to write a branch its streams replay.
@@ -163,6 +181,7 @@ func (c *Controller) release(t *v1alpha1.GitTarget) {
 	_, had := c.owned[k]
 	delete(c.owned, k)
 	delete(c.replayUntil, k)
+	delete(c.replayedStreams, k)
 	n := len(c.owned)
 	c.mu.Unlock()
 	if !had {

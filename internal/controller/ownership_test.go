@@ -9,8 +9,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // fakeOwnership is a view of the replicas a test sets by hand.
@@ -160,4 +162,13 @@ func TestResumableOnlyRightAfterALoss(t *testing.T) {
 
 	c.opts.Ownership = nil
 	require.True(t, c.resumableLocked("ns/p:alone"), "without coordination the writer before was this process's predecessor")
+
+	// Once per stream: subscribed again (its cluster's clients rebuilt), it does not replay.
+	c.replayedStreams = map[string]map[watch.StreamID]bool{}
+	cm := watch.StreamID{Cluster: "local", Target: types.NamespacedName{Namespace: "ns", Name: "t"}, Namespace: "ns"}
+	secrets := cm
+	secrets.GVR.Resource = "secrets"
+	require.True(t, c.resumableStreamLocked("ns/p:again", cm))
+	require.True(t, c.resumableStreamLocked("ns/p:again", secrets), "another stream of the branch")
+	require.False(t, c.resumableStreamLocked("ns/p:again", cm), "the same stream subscribed again")
 }

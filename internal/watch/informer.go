@@ -105,7 +105,7 @@ type sharedInformer struct {
 	// client watches the events a replay needs; ctx ends with the informer. resumable is
 	// RegistryOptions.Resumable.
 	client    dynamic.Interface
-	resumable func(types.NamespacedName) bool
+	resumable func(StreamID) bool
 	ctx       context.Context
 }
 
@@ -292,7 +292,7 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 	replay := make(map[types.NamespacedName]bool, len(added))
 	for _, t := range added {
 		cursors[t] = s.loadCursor(t, subs[t].destination)
-		replay[t] = s.resumable == nil || s.resumable(t)
+		replay[t] = s.resumable == nil || s.resumable(s.streamID(t, subs[t].destination))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -88,10 +88,11 @@ type RegistryOptions struct {
 	Emit    func(Change)
 	Logger  *slog.Logger
 	Metrics *Metrics // may be nil
-	// Resumable, when set, tells whether a target's streams, as they are subscribed, replay the
-	// events since their cursor's trail (replay.go): only when the writer of its branch before
-	// this process may have died holding changes it had not pushed. nil: always.
-	Resumable func(target types.NamespacedName) bool
+	// Resumable, when set, tells whether a stream, as it is subscribed, replays the events since
+	// its cursor's trail (replay.go): only when the writer of its target's branch before this
+	// process may have died holding changes it had not pushed, and only the first time the
+	// stream is subscribed since (not when its cluster's clients are rebuilt, say). nil: always.
+	Resumable func(stream StreamID) bool
 	// Cursors holds the streams' resume cursors. nil: no resume; every start hands each
 	// GitTarget the whole state as a snapshot and sweeps its folder.
 	Cursors cursorSource
