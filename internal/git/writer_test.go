@@ -69,7 +69,8 @@ func TestAStaleWriterGivesTheBranchUpToANewerOne(t *testing.T) {
 	// The stale writer still holds an older view of the object and commits it.
 	old.Submit("team", by("alice", "a2", cmChange(watch.OpUpdate, "demo", "app", "1b")))
 	require.Eventually(t, old.Superseded, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, int64(2), newer.Load())
+	// OnSuperseded is called after the worker marked itself superseded.
+	require.Eventually(t, func() bool { return newer.Load() == 2 }, 20*time.Second, 10*time.Millisecond)
 	require.NoError(t, old.stop(t), "a superseded worker returns without error")
 
 	require.Equal(t, []string{"bob team-a/git 2", "alice team-a/git 1"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
@@ -128,7 +129,7 @@ func TestAWriterThatClonesANewerWritersBranchGivesUp(t *testing.T) {
 	old, newer := epochWorker(t, url, 4, 10*time.Millisecond)
 	old.Submit("team", by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
 	require.Eventually(t, old.Superseded, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, int64(5), newer.Load())
+	require.Eventually(t, func() bool { return newer.Load() == 5 }, 20*time.Second, 10*time.Millisecond)
 	require.Len(t, gitLog(t, gitDir, "main", "%H"), 1)
 }
 
