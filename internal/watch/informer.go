@@ -59,6 +59,14 @@ type subscription struct {
 	trailDirty bool
 }
 
+// advanceTrail adds to the trail that by unix millisecond at the stream had been handed every
+// event up to rv, if that is further than its newest point.
+func (s *subscription) advanceTrail(at int64, rv uint64) {
+	if rv > s.trailRV {
+		s.trail, s.trailRV, s.trailDirty = trailAdd(s.trail, TrailPoint{At: at, RV: rv}), rv, true
+	}
+}
+
 // hold keeps a live event for after the replay.
 func (s *subscription) hold(e pendingEvent) {
 	if len(s.pending) >= replayMaxEvents {
@@ -202,10 +210,7 @@ func (s *sharedInformer) recordTrails(ctx context.Context) {
 			if !sub.synced || sub.replaying {
 				continue
 			}
-			if s.handled > sub.trailRV {
-				sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: now, RV: s.handled}), s.handled
-				sub.trailDirty = true
-			}
+			sub.advanceTrail(now, s.handled)
 			if !sub.trailDirty {
 				continue
 			}
@@ -483,11 +488,7 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
 	})
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
-	if s.handled > sub.trailRV {
-		// Handed every event up to here: a successor replays from no earlier.
-		sub.trail, sub.trailRV = trailAdd(sub.trail, TrailPoint{At: time.Now().UnixMilli(), RV: s.handled}), s.handled
-		sub.trailDirty = true
-	}
+	sub.advanceTrail(time.Now().UnixMilli(), s.handled) // handed every event up to here
 	if s.synced != nil {
 		s.synced(sub.target)
 	}
@@ -575,6 +576,16 @@ func (s *sharedInformer) onUpsert(obj any, old *compactObject, op Op, initial bo
 	}
 }
 
+// upsertRenderedLocked renders u's declared form and hands it to sub (upsertOneLocked).
+func (s *sharedInformer) upsertRenderedLocked(sub *subscription, u *compactObject, op Op, base string, replayed bool) {
+	manifest, err := manifestOf(u)
+	if err != nil {
+		s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
+		return
+	}
+	s.upsertOneLocked(sub, u, manifest, sha256.Sum256(manifest), op, base, replayed)
+}
+
 // upsertOneLocked hands sub a created or updated object, unless nothing it declares changed
 // or the stream excludes the write.
 func (s *sharedInformer) upsertOneLocked(sub *subscription, u *compactObject, manifest []byte, sum [32]byte, op Op, base string, replayed bool) {
@@ -623,16 +634,24 @@ func (s *sharedInformer) onDelete(obj any) {
 			sub.hold(pendingEvent{obj: u, op: OpDelete, base: base, held: held})
 			continue
 		}
-		s.deleteOneLocked(sub, u, base, held)
+		s.deleteOneLocked(sub, u, base, held, false)
 	}
 }
 
-// deleteOneLocked hands sub a deleted object.
-func (s *sharedInformer) deleteOneLocked(sub *subscription, u *compactObject, base, held string) {
+// deleteOneLocked hands sub a deleted object. Before the end of its initial state, the delete
+// comes before the sweep and the cursor's deletions: the object's file goes with this delete.
+func (s *sharedInformer) deleteOneLocked(sub *subscription, u *compactObject, base, held string, replayed bool) {
+	if !sub.synced && sub.listed != nil {
+		field := objectField(u.GetNamespace(), u.GetName())
+		if ce, ok := sub.cursor.Objects[field]; ok && ce.UID == string(u.GetUID()) {
+			delete(sub.cursor.Objects, field) // not deleted a second time by finishInitialLocked
+		}
+		sub.listed[field] = true // kept by the sweep
+	}
 	delete(sub.seen, u.GetUID())
 	if sub.allows(OpDelete) {
 		c := s.change(sub, u, OpDelete)
-		c.BaseResourceVersion, c.DeletionBaseResourceVersion = base, held
+		c.BaseResourceVersion, c.DeletionBaseResourceVersion, c.Replayed = base, held, replayed
 		s.emit(c)
 	}
 }

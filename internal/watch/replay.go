@@ -308,16 +308,7 @@ func (s *sharedInformer) handOverAfterReplayLocked(sub *subscription, events []r
 		}
 		handed[uid] = e.rv
 		if e.typ == watch.Deleted {
-			delete(sub.seen, uid)
-			if inCursor {
-				delete(sub.cursor.Objects, field) // not deleted a second time by finishInitialLocked
-			}
-			sub.listed[field] = true // its file goes with the attributed delete, not with the sweep
-			if sub.allows(OpDelete) {
-				c := s.change(sub, u, OpDelete)
-				c.BaseResourceVersion, c.DeletionBaseResourceVersion, c.Replayed = last[uid], held[uid], true
-				s.emit(c)
-			}
+			s.deleteOneLocked(sub, u, last[uid], held[uid], true) // its file goes with it, not with the sweep
 			continue
 		}
 		op := OpUpdate
@@ -331,12 +322,7 @@ func (s *sharedInformer) handOverAfterReplayLocked(sub *subscription, events []r
 		}
 		base := last[uid]
 		last[uid] = u.GetResourceVersion()
-		manifest, err := manifestOf(u)
-		if err != nil {
-			s.log.Error("cannot render the declared form; change skipped", "name", u.GetName(), "err", err)
-			continue
-		}
-		s.upsertOneLocked(sub, u, manifest, sha256.Sum256(manifest), op, base, true)
+		s.upsertRenderedLocked(sub, u, op, base, true)
 	}
 	// The current state of every object the replay did not reach past.
 	for _, obj := range s.informer.GetStore().List() {
@@ -370,24 +356,14 @@ func (s *sharedInformer) handOverAfterReplayLocked(sub *subscription, events []r
 			continue // the replay or the state handed over covers it
 		}
 		if p.op == OpDelete {
-			field := objectField(p.obj.GetNamespace(), p.obj.GetName())
-			if ce, ok := sub.cursor.Objects[field]; ok && ce.UID == string(p.obj.GetUID()) {
-				delete(sub.cursor.Objects, field) // not deleted a second time by finishInitialLocked
-			}
-			sub.listed[field] = true // its file goes with the attributed delete, not with the sweep
-			s.deleteOneLocked(sub, p.obj, p.base, p.held)
+			s.deleteOneLocked(sub, p.obj, p.base, p.held, false)
 			continue
 		}
 		base := ""
 		if p.old != nil {
 			base = p.old.GetResourceVersion()
 		}
-		manifest, err := manifestOf(p.obj)
-		if err != nil {
-			s.log.Error("cannot render the declared form; change skipped", "name", p.obj.GetName(), "err", err)
-			continue
-		}
-		s.upsertOneLocked(sub, p.obj, manifest, sha256.Sum256(manifest), p.op, base, false)
+		s.upsertRenderedLocked(sub, p.obj, p.op, base, false)
 	}
 	s.finishInitialLocked(sub)
 }
