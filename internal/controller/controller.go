@@ -164,12 +164,10 @@ type Controller struct {
 	// was last evaluated ("" when the target had no route): a retarget waits until every rule
 	// of the target has subscribed to the new destination.
 	evaluated map[string]string
-	// owned holds the branches (branchKey) this replica writes; replayUntil, by branch, until
-	// when its streams replay when subscribed (Resumable; zero: they do not).
-	owned       map[string]struct{}
-	replayUntil map[string]time.Time
-	// replayedStreams holds, by branch, the streams told to replay since the decision.
-	replayedStreams map[string]map[watch.StreamID]bool
+	// owned holds the branches (branchKey) this replica writes; resumes, by branch, whether its
+	// streams replay when subscribed (Resumable).
+	owned   map[string]struct{}
+	resumes map[string]*resumeDecision
 	// wanted holds, per rule owner, the streams of the local cluster the rule asks for,
 	// whichever replica runs them: what the attribution webhook configuration covers.
 	wanted map[string][]watch.StreamSpec
@@ -210,17 +208,16 @@ func New(opts Options) (*Controller, error) {
 		opts.Handovers = noHandovers{}
 	}
 	c := &Controller{
-		opts:            opts,
-		log:             opts.Logger,
-		providers:       map[types.NamespacedName]*git.Remote{},
-		providerReady:   map[types.NamespacedName]bool{},
-		sources:         sourceState{entries: map[string]*sourceEntry{}},
-		evaluated:       map[string]string{},
-		replayed:        map[types.NamespacedName]replayMark{},
-		owned:           map[string]struct{}{},
-		replayUntil:     map[string]time.Time{},
-		replayedStreams: map[string]map[watch.StreamID]bool{},
-		wanted:          map[string][]watch.StreamSpec{},
+		opts:          opts,
+		log:           opts.Logger,
+		providers:     map[types.NamespacedName]*git.Remote{},
+		providerReady: map[types.NamespacedName]bool{},
+		sources:       sourceState{entries: map[string]*sourceEntry{}},
+		evaluated:     map[string]string{},
+		replayed:      map[types.NamespacedName]replayMark{},
+		owned:         map[string]struct{}{},
+		resumes:       map[string]*resumeDecision{},
+		wanted:        map[string][]watch.StreamSpec{},
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {

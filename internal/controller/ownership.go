@@ -103,16 +103,19 @@ func (c *Controller) resumableStreamLocked(k string, stream watch.StreamID) bool
 	if !c.resumableLocked(k) {
 		return false
 	}
-	answered := c.replayedStreams[k]
-	if answered == nil {
-		answered = map[watch.StreamID]bool{}
-		c.replayedStreams[k] = answered
-	}
-	if answered[stream] {
+	d := c.resumes[k]
+	if d.asked[stream] {
 		return false
 	}
-	answered[stream] = true
+	d.asked[stream] = true
 	return true
+}
+
+// resumeDecision is whether a branch's streams replay: until when (zero: they do not), and the
+// streams told to already.
+type resumeDecision struct {
+	until time.Time
+	asked map[watch.StreamID]bool
 }
 
 // resumeWindow is how long after this replica came to write a branch its streams replay.
@@ -123,18 +126,18 @@ const resumeWindow = time.Minute
 // passed. c.mu must be held.
 func (c *Controller) resumableLocked(k string) bool {
 	now := time.Now()
-	if until, decided := c.replayUntil[k]; decided {
-		return now.Before(until)
+	if d, decided := c.resumes[k]; decided {
+		return now.Before(d.until)
 	}
 	if _, had := c.owned[k]; had {
 		return false // written here since before anything was decided: this replica's own streams
 	}
+	d := &resumeDecision{asked: map[watch.StreamID]bool{}}
 	if c.opts.Ownership == nil || c.opts.Ownership.PreviousOwnerLost(k) {
-		c.replayUntil[k] = now.Add(resumeWindow)
-		return true
+		d.until = now.Add(resumeWindow)
 	}
-	c.replayUntil[k] = time.Time{}
-	return false
+	c.resumes[k] = d
+	return !d.until.IsZero()
 }
 
 // leads reports whether this replica runs the singletons.
@@ -180,8 +183,7 @@ func (c *Controller) release(t *v1alpha1.GitTarget) {
 	c.mu.Lock()
 	_, had := c.owned[k]
 	delete(c.owned, k)
-	delete(c.replayUntil, k)
-	delete(c.replayedStreams, k)
+	delete(c.resumes, k)
 	n := len(c.owned)
 	c.mu.Unlock()
 	if !had {

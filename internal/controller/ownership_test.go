@@ -149,7 +149,7 @@ func TestEveryReplicaKnowsWhatEveryRuleWatches(t *testing.T) {
 func TestResumableOnlyRightAfterALoss(t *testing.T) {
 	o := newFakeOwnership(false)
 	o.handedOver["ns/p:handed"] = true
-	c := &Controller{opts: Options{Ownership: o}, owned: map[string]struct{}{}, replayUntil: map[string]time.Time{}}
+	c := &Controller{opts: Options{Ownership: o}, owned: map[string]struct{}{}, resumes: map[string]*resumeDecision{}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.True(t, c.resumableLocked("ns/p:lost"))
@@ -157,14 +157,13 @@ func TestResumableOnlyRightAfterALoss(t *testing.T) {
 	require.False(t, c.resumableLocked("ns/p:handed"))
 	c.owned["ns/p:mine"] = struct{}{}
 	require.False(t, c.resumableLocked("ns/p:mine"), "written here before anything was decided")
-	c.replayUntil["ns/p:lost"] = time.Now().Add(-time.Second)
+	c.resumes["ns/p:lost"].until = time.Now().Add(-time.Second)
 	require.False(t, c.resumableLocked("ns/p:lost"), "after the window")
 
 	c.opts.Ownership = nil
 	require.True(t, c.resumableLocked("ns/p:alone"), "without coordination the writer before was this process's predecessor")
 
 	// Once per stream: subscribed again (its cluster's clients rebuilt), it does not replay.
-	c.replayedStreams = map[string]map[watch.StreamID]bool{}
 	cm := watch.StreamID{Cluster: "local", Target: types.NamespacedName{Namespace: "ns", Name: "t"}, Namespace: "ns"}
 	secrets := cm
 	secrets.GVR.Resource = "secrets"
