@@ -59,11 +59,16 @@ portRange() {
 }
 
 # lane NAME PORTS CMD... runs CMD with its output in NAME's log and its ports in PORTS.
+# The output goes to the log through a pipe, never straight into the file: the go command
+# copies go vet's output to its stdout with copy_file_range(2) when that is a regular file, and
+# a filesystem that answers EBADF fails every vet of the run ("copying vet tool stdout: ...
+# copy_file_range: bad file descriptor", a CI run's build lane); into a pipe it copies plainly.
 lane() {
 	local name=$1 ports=$2
 	shift 2
 	local began=$SECONDS rc=0
-	KUBESCRIBE_TEST_PORT_RANGE=$ports "$@" >"$logs/$name.log" 2>&1 || rc=$?
+	# pipefail (set above): the status is CMD's unless cat fails.
+	KUBESCRIBE_TEST_PORT_RANGE=$ports "$@" 2>&1 | cat >"$logs/$name.log" || rc=$?
 	echo "$rc $((SECONDS - began))" >"$logs/$name.rc"
 }
 
