@@ -211,7 +211,7 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	a.router = git.NewRouter(git.RouterOptions{Metrics: git.NewMetrics(opts.Registry), Logger: a.log, Cursors: cursors,
-		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix), SupersededHold: opts.LeaseDuration,
+		Closes: git.NewCloseStore(a.rdb, prefix), Epochs: git.NewWriterEpochs(a.rdb, prefix), Pushes: git.NewDeliveries(a.rdb, prefix), SupersededHold: opts.LeaseDuration,
 		Streams: a.sources})
 	var owners controller.Ownership
 	if opts.Coordination == CoordinationLeases {

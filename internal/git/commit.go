@@ -48,6 +48,10 @@ type plan struct {
 	// restored counts the Unchanged changes the materialized commit writes: files the branch
 	// lost (another writer removed or edited them) that are written again.
 	restored int
+	// duplicates counts the replayed changes the materialization left out because the branch
+	// holds their version already (treeBuilder.held).
+	duplicates      int
+	duplicatesNoted bool
 }
 
 func (p *plan) info() CommitInfo {
@@ -263,6 +267,9 @@ type treeBuilder struct {
 	looked map[plumbing.Hash]*parsedTree
 	// writer is the trailer every commit is signed with (writer.go); "" for none.
 	writer string
+	// held is what the branch holds although no cursor may say so (pushdelivery.go): a replayed
+	// change of a version it holds, or of an older one, writes nothing.
+	held onBranch
 }
 
 // lookup is tree for reading only, memoised for the materialization.
@@ -712,9 +719,14 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	// The last change of a path decides its content. Only what differs from the parent's tree
 	// is written, and only that is named in the message.
 	last := make(map[string]int, len(covered))
+	p.duplicates = 0
 	for i, c := range covered {
 		if c.Op == watch.OpSweep { // a sweep writes nothing itself
 			continue
+		}
+		if c.Replayed && tb.held.holds(p.targetPath, c) {
+			p.duplicates++
+			continue // a lost writer pushed it, or a newer version, before its cursor advanced
 		}
 		path := ObjectPath(p.targetPath, c.Change)
 		if _, written := last[path]; written && c.IfMissing {
@@ -730,7 +742,7 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 			continue
 		}
 		path := ObjectPath(p.targetPath, c.Change)
-		if last[path] != i {
+		if j, ok := last[path]; !ok || j != i {
 			continue
 		}
 		old, exists, err := tb.fileAt(base, path)

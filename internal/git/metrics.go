@@ -49,6 +49,7 @@ type Metrics struct {
 	branchChecks *prometheus.CounterVec
 	supersedes   prometheus.Counter
 	released     prometheus.Counter
+	duplicates   prometheus.Counter
 }
 
 // NewMetrics creates the git metrics and registers them with reg.
@@ -116,6 +117,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_writer_superseded_total",
 			Help: "Git workers that gave their branch up because a commit of a newer writer epoch (another replica that took the branch over) was on it; what they held unpushed is written by the newer writer.",
 		}),
+		duplicates: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_replayed_duplicates_total",
+			Help: "Replayed changes not committed because the branch already held their version, or a newer one: the last push of a writer lost before its resume cursors advanced.",
+		}),
 		released: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_released_changes_total",
 			Help: "Changes of GitTargets whose branch another replica writes now, dropped during a handover: the owner's streams hand them over from the resume cursors.",
@@ -165,6 +170,12 @@ func (m *Metrics) addPending(n int) {
 func (m *Metrics) superseded() {
 	if m != nil {
 		m.supersedes.Inc()
+	}
+}
+
+func (m *Metrics) replayDuplicates(n int) {
+	if m != nil {
+		m.duplicates.Add(float64(n))
 	}
 }
 

@@ -43,6 +43,9 @@ func (w *Worker) open(ctx context.Context) error {
 			return errSuperseded
 		}
 	}
+	if err := w.readHeld(ctx, store, tip); err != nil {
+		return err
+	}
 	compacted, refs, walked, err := compactStore(store, tip, plumbing.ZeroHash)
 	if err != nil {
 		return err

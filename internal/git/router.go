@@ -130,6 +130,10 @@ type RouterOptions struct {
 	// replicas, a worker that a newer one took the branch from gives it up. WriterEpochs
 	// implements it.
 	Epochs EpochSource
+	// Pushes, when set, keeps each worker's last push record (pushdelivery.go), so that a
+	// writer lost between a push and its cursors' advance has its heir commit none of that
+	// push's changes again. Used with Epochs (the record is a writer slot's).
+	Pushes *Deliveries
 	// SupersededHold is how long a branch whose worker a newer writer superseded is refused
 	// (Route answers ErrSuperseded), unless the ownership view changes first: long enough for
 	// two replicas' views to agree again (the lease duration), short enough that a branch both
@@ -627,6 +631,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		OnReplay:          func(req ReplayRequest) { r.onReplay(k, req) },
 		WriterEpoch:       r.writerEpoch(k),
 		WriterSlot:        k.provider.String(),
+		Pushes:            r.opts.Pushes,
 		OnSuperseded:      func(newer int64) { r.onSuperseded(rw, newer) },
 	})
 	if err != nil {

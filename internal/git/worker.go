@@ -194,6 +194,9 @@ type Worker struct {
 	superseded bool
 	// epoch is the worker's writer epoch (writer.go); 0 without one. Set before the first clone.
 	epoch int64
+	// held is what the branch held, by the last push record, when the worker opened it
+	// (pushdelivery.go). Owned by the Run goroutine.
+	held onBranch
 
 	// Owned by the Run goroutine.
 	// store is the working object store: the tip's commit and trees, the objects of unpushed
@@ -602,7 +605,7 @@ func (w *Worker) accept(s submission) {
 func (w *Worker) windowOpen() bool { return w.win != nil && time.Now().Before(w.win.deadline) }
 
 func (w *Worker) builder() treeBuilder {
-	return treeBuilder{s: w.store, trees: w.trees, writer: writerTrailer(w.opts.WriterSlot, w.epoch)}
+	return treeBuilder{s: w.store, trees: w.trees, writer: writerTrailer(w.opts.WriterSlot, w.epoch), held: w.held}
 }
 
 func (w *Worker) committer() object.Signature {
@@ -631,6 +634,7 @@ func (w *Worker) closeWindow() {
 		return
 	}
 	sha, ok, err := w.builder().materialize(p, w.localTip, w.committer())
+	w.noteDuplicates(p)
 	if err != nil {
 		w.stale = true
 		w.setError(fmt.Errorf("build commit: %w", err))
@@ -650,6 +654,18 @@ func (w *Worker) closeWindow() {
 	w.committed(p, sha)
 	w.gc.committed(w.store, sha, p.objects)
 	w.setLocalTip(sha)
+}
+
+// noteDuplicates logs and counts, once per plan, the replayed changes its materialization left
+// out because the branch held them already.
+func (w *Worker) noteDuplicates(p *plan) {
+	if p.duplicates == 0 || p.duplicatesNoted {
+		return
+	}
+	p.duplicatesNoted = true
+	w.opts.Metrics.replayDuplicates(p.duplicates)
+	w.log.Info("replayed changes the branch already holds from its previous writer's last push; not committed again",
+		"target", p.target.String(), "changes", p.duplicates)
 }
 
 // checksBranch reports whether changes hold an Unchanged one: an object a resumed stream's
@@ -689,6 +705,7 @@ func (w *Worker) rebuild() error {
 	dropped := 0
 	for _, p := range w.plans {
 		sha, ok, err := tb.materialize(p, tip, w.committer())
+		w.noteDuplicates(p)
 		if err != nil {
 			return fmt.Errorf("build commit: %w", err)
 		}
@@ -796,6 +813,7 @@ func (w *Worker) holding() bool {
 func (w *Worker) push(ctx context.Context) {
 	rebuilds := 0
 	for len(w.plans) > 0 {
+		w.recordPush(ctx)
 		start := time.Now()
 		err := w.pushFn(ctx)
 		if err == nil {

@@ -1,0 +1,191 @@
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
+	"github.com/kubescribe/kubescribe/internal/watch"
+)
+
+// version is c at resourceVersion rv.
+func version(c watch.Change, rv int) watch.Change {
+	c.ResourceVersion = fmt.Sprint(rv)
+	return c
+}
+
+// fromReplay is c as a resumed stream replays it (watch/replay.go).
+func fromReplay(c attribution.AttributedChange) attribution.AttributedChange {
+	c.Replayed = true
+	return c
+}
+
+// deliveryWorker creates (without running) a worker of slot team-a/git with writer epoch epoch
+// that records its pushes in d.
+func deliveryWorker(t *testing.T, url string, epoch int64, d *Deliveries, m *Metrics) *testWorker {
+	t.Helper()
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.WriterSlot = "team-a/git"
+	opts.WriterEpoch = func(context.Context) (int64, error) { return epoch, nil }
+	opts.Pushes = d
+	opts.Metrics = m
+	return newTestWorker(t, opts)
+}
+
+// A writer killed after its push landed and before the resume cursors advanced leaves the
+// branch ahead of them: its heir's streams replay the push's changes. The heir finds the push
+// record naming the branch's tip and commits none of those versions again, not even the older
+// version of an object whose push held two, which would otherwise be written over the newer
+// one and then the newer one again. A replayed version newer than the push is committed.
+func TestAnHeirCommitsNoVersionOfItsPredecessorsLastPushAgain(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
+
+	app1 := by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101))
+	app2 := by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))
+	db := by("alice", "a2", version(cmChange(watch.OpCreate, "demo", "db", "1"), 103))
+	lost := deliveryWorker(t, url, 1, d, nil)
+	// The three commits go in one push: the push waits until they are made.
+	var release atomic.Bool
+	lost.pushFn = func(ctx context.Context) error {
+		if !release.Load() {
+			return errors.New("not yet")
+		}
+		return lost.pushOnce(ctx)
+	}
+	lost.start(t)
+	for _, c := range []attribution.AttributedChange{app1, app2, db} {
+		lost.Submit("team", c)
+	}
+	require.Eventually(t, func() bool { return strings.Count(lost.logs.String(), "msg=committed") == 3 }, 20*time.Second, 10*time.Millisecond)
+	release.Store(true)
+	lost.waitPushed(t)
+	require.NoError(t, lost.stop(t))
+	pushed := gitLog(t, gitDir, "main", "%an %s")
+	require.Equal(t, []string{"alice create configmaps demo/db", "bob update configmaps demo/app", "alice create configmaps demo/app"}, pushed)
+
+	m := NewMetrics(prometheus.NewRegistry())
+	heir := deliveryWorker(t, url, 2, d, m)
+	heir.start(t)
+	app3 := by("carol", "c1", version(cmChange(watch.OpUpdate, "demo", "app", "3"), 104))
+	for _, c := range []attribution.AttributedChange{app1, app2, db, app3} {
+		heir.Submit("team", fromReplay(c))
+	}
+	heir.waitPushed(t)
+
+	require.Equal(t, append([]string{"carol update configmaps demo/app"}, pushed...), gitLog(t, gitDir, "main", "%an %s"),
+		"each version is committed once")
+	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 3")
+	require.Equal(t, 3.0, testutil.ToFloat64(m.duplicates))
+	require.Contains(t, heir.logs.String(), "the branch holds the last recorded push")
+	// Every replayed change is reported done, so that the heir's cursors advance past them.
+	var done []string
+	for _, c := range heir.pushes.commits() {
+		for _, ch := range c.Changes {
+			done = append(done, ch.ResourceVersion)
+		}
+	}
+	for _, c := range heir.pushes.settled() {
+		done = append(done, c.ResourceVersion)
+	}
+	require.ElementsMatch(t, []string{"101", "102", "103", "104"}, done)
+}
+
+// A push record the branch's tip does not follow from (a writer that recorded a push the server
+// never took, or another branch history) settles nothing: the replayed versions are written.
+func TestAPushRecordOffTheBranchSettlesNothing(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	rdb := redistest.Start(t)
+	d := NewDeliveries(rdb, keyspace.MustParse("test:"))
+	first := deliveryWorker(t, url, 1, d, nil)
+	first.Submit("team", by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)))
+	first.start(t)
+	first.waitPushed(t)
+	require.NoError(t, first.stop(t))
+	// A push recorded and never made: its commit is not on the branch.
+	never := pushDelivery{V: deliveryVersion, SHA: plumbing.ComputeHash(plumbing.CommitObject, []byte("never")).String(),
+		Entries: []pushedVersion{{Folder: "team", Object: pushedObject(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))), RV: 102}}}
+	require.NoError(t, d.record(context.Background(), "team-a/git", "main", never))
+
+	m := NewMetrics(prometheus.NewRegistry())
+	heir := deliveryWorker(t, url, 2, d, m)
+	heir.start(t)
+	heir.Submit("team", fromReplay(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))))
+	heir.waitPushed(t)
+	require.Equal(t, []string{"bob update configmaps demo/app", "alice create configmaps demo/app"}, gitLog(t, gitDir, "main", "%an %s"))
+	require.Zero(t, testutil.ToFloat64(m.duplicates))
+}
+
+// The record is read with the branch: while Redis does not answer, the clone fails with its
+// reason and is retried, rather than replaying without knowing what the branch holds.
+func TestTheBranchIsNotOpenedWithoutItsPushRecord(t *testing.T) {
+	_, url, first := startPushed(t, "team", nil, "app")
+	require.NoError(t, first.stop(t))
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := deliveryWorker(t, url, 1, NewDeliveries(rdb, keyspace.MustParse("test:")), nil)
+	w.start(t)
+	w.Submit("team", by("alice", "a2", cmChange(watch.OpCreate, "demo", "db", "1")))
+	require.Eventually(t, func() bool {
+		for _, err := range w.failures() {
+			if strings.Contains(err.Error(), "read the last push") {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NotZero(t, w.Status().Pending, "nothing is pushed without the record")
+}
+
+// A record names the newest version of each object by folder, and is cut to nothing beyond its
+// bound; it counts for the recorded tip and its children only.
+func TestPushDeliveryRecord(t *testing.T) {
+	tip := plumbing.ComputeHash(plumbing.CommitObject, []byte("tip"))
+	app := func(rv int) attribution.AttributedChange {
+		return by("alice", "a", version(cmChange(watch.OpUpdate, "demo", "app", "x"), rv))
+	}
+	rec := newDelivery(tip, []*plan{
+		{targetPath: "team", covered: []attribution.AttributedChange{app(7), app(9)}},
+		{targetPath: "/team/", covered: []attribution.AttributedChange{app(8)}},
+		{targetPath: "other", covered: []attribution.AttributedChange{app(3)}},
+	})
+	require.Equal(t, []pushedVersion{{Folder: "team", Object: pushedObject(app(0)), RV: 9}, {Folder: "other", Object: pushedObject(app(0)), RV: 3}}, rec.Entries)
+
+	held := onBranchFrom(rec, &object.Commit{Hash: tip})
+	require.True(t, held.holds("team", app(9)))
+	require.True(t, held.holds("team", app(5)))
+	require.False(t, held.holds("team", app(10)))
+	require.False(t, held.holds("other", app(4)))
+	require.False(t, held.holds("elsewhere", app(1)))
+	child := &object.Commit{Hash: plumbing.ComputeHash(plumbing.CommitObject, []byte("child")), ParentHashes: []plumbing.Hash{tip}}
+	require.NotNil(t, onBranchFrom(rec, child))
+	require.Nil(t, onBranchFrom(rec, &object.Commit{Hash: plumbing.ComputeHash(plumbing.CommitObject, []byte("other"))}))
+	rec.V = deliveryVersion + 1
+	require.Nil(t, onBranchFrom(rec, &object.Commit{Hash: tip}))
+
+	many := make([]attribution.AttributedChange, maxDeliveryEntries+1)
+	for i := range many {
+		c := app(i + 1)
+		c.Name = fmt.Sprint("cm-", i)
+		many[i] = c
+	}
+	big := newDelivery(tip, []*plan{{targetPath: "team", covered: many}})
+	require.True(t, big.Truncated)
+	require.Empty(t, big.Entries)
+	require.Nil(t, onBranchFrom(big, &object.Commit{Hash: tip}))
+}
