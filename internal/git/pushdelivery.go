@@ -25,21 +25,23 @@ import (
 // versions would have its older one written over the newer one, then the newer one again.
 //
 // So before each push, the worker records in Redis what the push delivers: the commit it makes
-// the branch's tip and, for every change it covers, the object's version by folder. A worker
-// that opens the branch and finds its tip to be that commit (or that commit's child) knows
-// these versions are on the branch whatever the cursors say, and a replayed change of one of
+// the branch's tip and, for every change it covers, the object's version by folder. The record
+// is the writer's own (keyed by its writer epoch, which its commits carry), so that two writers
+// of a branch at once never overwrite each other's. A worker that opens the branch, or fetches
+// it moved, reads the record of the epoch that made the tip; when the tip is that commit (or
+// that commit's child) these versions are on the branch whatever the cursors say, and a replayed change of one of
 // them, or of an older version of its object, makes no commit: it is settled, as a change the
 // branch already holds, and its cursor advances with the next push.
 //
-// Only the last push is recorded: the cursors of every earlier one were advanced before the next
-// began (Router.onPushed runs before the worker goes on), unless Redis refused the advance, and
-// then it refuses this record too.
+// Only each writer's last push is recorded: the cursors of every earlier one were advanced before
+// the next began (Router.onPushed runs before the worker goes on), unless Redis refused the
+// advance, and then it refuses this record too.
 //
 // Keys owned by this file, under the prefix P:
 //
-//	P:pushed:<writer slot>:<branch>
-//	    a pushDelivery (JSON) of the writer slot's (its GitProvider's, "<namespace>/<name>") last
-//	    push to the branch, expiring after deliveryTTL.
+//	P:pushed:<writer slot>:<branch>:<writer epoch>
+//	    a pushDelivery (JSON) of the last push to the branch by the writer of that epoch of the
+//	    slot (its GitProvider, "<namespace>/<name>"), expiring after deliveryTTL.
 
 // deliveryVersion is the version of pushDelivery; a record of another version is ignored (no
 // replayed change is then settled by it).
@@ -159,26 +161,26 @@ func NewDeliveries(rdb redis.UniversalClient, prefix keyspace.Prefix) *Deliverie
 	return &Deliveries{rdb: rdb, prefix: prefix}
 }
 
-// key is the record's key for a writer slot (Options.WriterSlot) and branch.
-func (s *Deliveries) key(slot, branch string) string {
-	return s.prefix.Key("pushed", slot, branch)
+// key is the record's key for a writer slot (Options.WriterSlot), branch and writer epoch.
+func (s *Deliveries) key(slot, branch string, epoch int64) string {
+	return s.prefix.Key("pushed", slot, branch, strconv.FormatInt(epoch, 10))
 }
 
-// record stores rec as the last push of slot's branch.
-func (s *Deliveries) record(ctx context.Context, slot, branch string, rec pushDelivery) error {
+// record stores rec as the last push to slot's branch by the writer of epoch.
+func (s *Deliveries) record(ctx context.Context, slot, branch string, epoch int64, rec pushDelivery) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	if err := s.rdb.Set(ctx, s.key(slot, branch), b, deliveryTTL).Err(); err != nil {
+	if err := s.rdb.Set(ctx, s.key(slot, branch, epoch), b, deliveryTTL).Err(); err != nil {
 		return fmt.Errorf("record the push: %w", err)
 	}
 	return nil
 }
 
-// last reads the last push record of slot's branch; ok is false without one.
-func (s *Deliveries) last(ctx context.Context, slot, branch string) (rec pushDelivery, ok bool, err error) {
-	b, err := s.rdb.Get(ctx, s.key(slot, branch)).Bytes()
+// last reads the last push to slot's branch by the writer of epoch; ok is false without one.
+func (s *Deliveries) last(ctx context.Context, slot, branch string, epoch int64) (rec pushDelivery, ok bool, err error) {
+	b, err := s.rdb.Get(ctx, s.key(slot, branch, epoch)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return pushDelivery{}, false, nil
 	}
@@ -200,32 +202,50 @@ func (w *Worker) recordPush(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
 	defer cancel()
-	if err := w.opts.Pushes.record(ctx, w.opts.WriterSlot, w.opts.Branch, newDelivery(w.localTip, w.plans)); err != nil {
+	if err := w.opts.Pushes.record(ctx, w.opts.WriterSlot, w.opts.Branch, w.epoch, newDelivery(w.localTip, w.plans)); err != nil {
 		w.log.Warn("cannot record the push in Redis; if this replica dies before the resume cursors advance, its successor may commit the push's changes again",
 			"err", err)
 	}
 }
 
 // readHeld reads the slot's last push record against the branch's tip, freshly fetched into
-// store, and keeps what it shows on the branch (Worker.held). A record Redis cannot give fails
-// the clone, which is retried: without it, a replay could commit a version twice.
+// store, and adds what it shows on the branch to Worker.held: at the first clone, and after
+// each fetch that found the branch moved (another writer of the slot, the one this worker
+// took over from, may have pushed since). A record Redis cannot give fails the clone, which is
+// retried: without it, a replay could commit a version twice.
 func (w *Worker) readHeld(ctx context.Context, store *memory.Storage, tip plumbing.Hash) error {
-	w.held = nil
 	if w.opts.Pushes == nil || w.opts.WriterSlot == "" || tip.IsZero() {
 		return nil
 	}
-	rec, ok, err := w.opts.Pushes.last(ctx, w.opts.WriterSlot, w.opts.Branch)
-	if err != nil || !ok {
-		return err
-	}
+	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+	defer cancel()
 	c, err := object.GetCommit(store, tip)
 	if err != nil {
 		return fmt.Errorf("read the tip %s: %w", tip, err)
 	}
-	w.held = onBranchFrom(rec, c)
-	if len(w.held) > 0 {
-		w.log.Info("the branch holds the last recorded push; replayed changes it covers are not committed again",
-			"push", rec.SHA, "objects", len(w.held))
+	// The writer that made the tip, or, for someone else's commit on top, its parent, when the
+	// store holds it (a fetch's history; a clone holds the tip alone).
+	epoch := commitEpoch(c.Message, w.opts.WriterSlot)
+	if epoch == 0 && len(c.ParentHashes) == 1 {
+		if parent, err := object.GetCommit(store, c.ParentHashes[0]); err == nil {
+			epoch = commitEpoch(parent.Message, w.opts.WriterSlot)
+		}
 	}
+	rec, ok, err := w.opts.Pushes.last(ctx, w.opts.WriterSlot, w.opts.Branch, epoch)
+	if err != nil || !ok {
+		return err
+	}
+	held := onBranchFrom(rec, c)
+	if len(held) == 0 {
+		return nil
+	}
+	if w.held == nil {
+		w.held = onBranch{}
+	}
+	for k, rv := range held {
+		w.held[k] = max(w.held[k], rv)
+	}
+	w.log.Info("the branch holds the last recorded push; replayed changes it covers are not committed again",
+		"push", rec.SHA, "objects", len(held))
 	return nil
 }

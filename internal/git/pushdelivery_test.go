@@ -120,7 +120,7 @@ func TestAPushRecordOffTheBranchSettlesNothing(t *testing.T) {
 	// A push recorded and never made: its commit is not on the branch.
 	never := pushDelivery{V: deliveryVersion, SHA: plumbing.ComputeHash(plumbing.CommitObject, []byte("never")).String(),
 		Entries: []pushedVersion{{Folder: "team", Object: pushedObject(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))), RV: 102}}}
-	require.NoError(t, d.record(context.Background(), "team-a/git", "main", never))
+	require.NoError(t, d.record(context.Background(), "team-a/git", "main", 1, never))
 
 	m := NewMetrics(prometheus.NewRegistry())
 	heir := deliveryWorker(t, url, 2, d, m)
@@ -188,4 +188,58 @@ func TestPushDeliveryRecord(t *testing.T) {
 	require.True(t, big.Truncated)
 	require.Empty(t, big.Entries)
 	require.Nil(t, onBranchFrom(big, &object.Commit{Hash: tip}))
+}
+
+// The writer a branch went to and came back from (a paused replica's heir, or the paused one)
+// may push while a newer writer holds replayed changes unpushed. The newer writer's push fails
+// (refused); it fetches, finds the other writer's push record at the tip, and rebuilds its plans
+// without the replayed versions that push delivered: alice's create is not written back over
+// bob's update.
+func TestARebuildLeavesOutWhatAnotherWritersLastPushDelivered(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
+	first := deliveryWorker(t, url, 1, d, nil)
+	first.Submit("team", by("carol", "c1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 100)))
+	first.start(t)
+	first.waitPushed(t)
+	require.NoError(t, first.stop(t))
+
+	app1 := by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101))
+	app2 := by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))
+	m := NewMetrics(prometheus.NewRegistry())
+	newer := deliveryWorker(t, url, 3, d, m)
+	var release atomic.Bool
+	newer.pushFn = func(ctx context.Context) error {
+		if !release.Load() {
+			return errors.New("not yet")
+		}
+		return newer.pushOnce(ctx)
+	}
+	newer.start(t)
+	newer.Submit("team", fromReplay(app1))
+	require.Eventually(t, func() bool { return strings.Count(newer.logs.String(), "msg=committed") == 1 }, 20*time.Second, 10*time.Millisecond)
+
+	older := deliveryWorker(t, url, 2, d, nil)
+	var both atomic.Bool // both versions go in one push
+	older.pushFn = func(ctx context.Context) error {
+		if !both.Load() {
+			return errors.New("not yet")
+		}
+		return older.pushOnce(ctx)
+	}
+	older.start(t)
+	older.Submit("team", app1)
+	older.Submit("team", app2)
+	require.Eventually(t, func() bool { return strings.Count(older.logs.String(), "msg=committed") == 2 }, 20*time.Second, 10*time.Millisecond)
+	both.Store(true)
+	older.waitPushed(t)
+	require.NoError(t, older.stop(t))
+
+	// The newer writer's push was refused meanwhile, or is now: either way it fetches.
+	release.Store(true)
+	require.Eventually(t, func() bool { return newer.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"bob update configmaps demo/app", "alice create configmaps demo/app", "carol create configmaps demo/db"},
+		gitLog(t, gitDir, "main", "%an %s"), "the replayed create is not committed again")
+	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 2")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.duplicates))
 }

@@ -43,6 +43,7 @@ func (w *Worker) open(ctx context.Context) error {
 			return errSuperseded
 		}
 	}
+	w.held = nil
 	if err := w.readHeld(ctx, store, tip); err != nil {
 		return err
 	}
@@ -129,6 +130,11 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 	base := w.remoteTip // what the worker last pushed, or last saw
 	w.remoteTip = tip
 	w.stale = true
+	if err := w.readHeld(ctx, w.store, tip); err != nil {
+		// The rebuild goes on without it: a replayed version the other writer pushed may be
+		// committed again, as before push records existed.
+		w.log.Warn("cannot read the last push record after the branch moved", "err", err)
+	}
 	w.foreignEdits(base, tip)
 	return true, nil
 }

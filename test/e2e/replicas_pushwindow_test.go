@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +17,9 @@ import (
 	"github.com/kubescribe/kubescribe/test/stack"
 )
 
-// pushedRecord is the shape of the record a worker keeps of its last push in Redis
-// (internal/git/pushdelivery.go): the tip it made, and the newest version of each object it
-// delivered, by folder.
+// pushedRecord is the shape of the record a writer keeps of its last push in Redis
+// (internal/git/pushdelivery.go, P:pushed:<slot>:<branch>:<epoch>): the tip it made, and the
+// newest version of each object it delivered, by folder.
 type pushedRecord struct {
 	SHA     string `json:"sha"`
 	Entries []struct {
@@ -116,11 +115,14 @@ func TestReplicasKilledBetweenPushAndCursorAdvance(t *testing.T) {
 	require.NoError(t, owner.Kill())
 	rdb := redis.NewClient(&redis.Options{Addr: e.s.RedisAddr})
 	defer rdb.Close()
-	raw, err := rdb.Get(ctx, "kubescribe:pushed:"+replicasNS+"/repo:b1").Bytes()
-	require.NoError(t, err, "the owner of b1 recorded no push")
+	// Each writer epoch keeps the record of its last push.
+	tip := gitCLI(t, e.repoDir, "rev-parse", "refs/heads/b1")
+	epoch := gitCLI(t, e.repoDir, "log", "-1", "--format=%(trailers:key=Kubescribe-Writer,valueonly)", "refs/heads/b1")
+	_, epoch, _ = strings.Cut(epoch, " ")
+	raw, err := rdb.Get(ctx, "kubescribe:pushed:"+replicasNS+"/repo:b1:"+epoch).Bytes()
+	require.NoError(t, err, "the owner of b1 (writer %s) recorded no push", epoch)
 	var rec pushedRecord
 	require.NoError(t, json.Unmarshal(raw, &rec))
-	tip := gitCLI(t, e.repoDir, "rev-parse", "refs/heads/b1")
 	require.Equal(t, tip, rec.SHA, "the record names the branch's tip")
 	undone, twoVersions := 0, 0
 	for _, en := range rec.Entries {
@@ -162,14 +164,7 @@ func TestReplicasKilledBetweenPushAndCursorAdvance(t *testing.T) {
 		quiet++
 		return quiet >= 20 // 2s
 	}), "the survivors still hold changes")
-	heir := e.s.Replica(branchOwner("b1", e.members()))
-	if out, err := os.ReadFile(heir.LogPath); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, "last recorded push") || strings.Contains(line, "already holds") {
-				t.Logf("%s: %s", heir.Name, line)
-			}
-		}
-	}
+	logLines(t, e.s.Replica(branchOwner("b1", e.members())), "last recorded push", "already holds")
 	v = e.settle(t, writes, time.Minute, nil)
 	t.Logf("after the kill: %s; replays: %s; %.0f replayed changes recognised as pushed",
 		v, e.replays(t), e.metric(t, "kubescribe_git_replayed_duplicates_total"))

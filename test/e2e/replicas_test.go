@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -557,12 +558,18 @@ func TestReplicasThatBothBelieveTheyOwnABranch(t *testing.T) {
 	m, err := r.ScrapeMetrics()
 	require.NoError(t, err)
 	t.Logf("after the overlap: %s; %s superseded %.0f times; replays: %s", v, paused, m["kubescribe_git_writer_superseded_total"], e.replays(t))
+	for _, name := range replicaNames {
+		logLines(t, e.s.Replica(name), "writes a branch again", "last recorded push", "already holds", "someone else's commits",
+			"took this branch over", "writes a branch now", "stopped writing", "rebuilding unpushed", "hand their state over")
+	}
 	// What this test proves is that the two writers never force-push and never commit a change
-	// twice or under the wrong name. Versions can still be missing here: when the paused
-	// replica comes back and takes its branch over again, the heir lets the branch go and drops
-	// the changes still waiting for their authors (their audit batches were stuck on the paused
-	// replica's connection), and the replica that comes back does not hand its state over again
-	// (issue 25, open). Every object still ends as the cluster holds it.
+	// twice or under the wrong name. When the paused replica comes back and takes its branch
+	// again, the heir lets the branch go and drops the changes still waiting for their authors
+	// (their audit batches were stuck on the paused replica's connection); the replica that
+	// comes back replays its streams from their trail, since its worker was superseded, and
+	// leaves out what the heir's last push delivered. Missing versions are logged, not failed
+	// on: runs have been clean since, but not yet enough of them (docs/testing.md). Every object
+	// ends as the cluster holds it.
 	for _, w := range v.lost {
 		t.Logf("%s/%s@%s (%s, %s after the pause) is in no commit", w.ns, w.name, w.rv, w.user, w.at.Sub(pausedAt).Round(10*time.Millisecond))
 	}
@@ -600,4 +607,22 @@ func TestReplicasSentinelFailover(t *testing.T) {
 	require.Zero(t, v.wrong, "changes credited to another user")
 	e.requireFinalState(t, writes)
 	tips.requireNoForcePush(t, e)
+}
+
+// logLines logs the lines of replica's log that hold one of the phrases.
+func logLines(t *testing.T, replica *stack.Replica, phrases ...string) {
+	t.Helper()
+	out, err := os.ReadFile(replica.LogPath)
+	if err != nil {
+		t.Logf("%s: %v", replica.Name, err)
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, p := range phrases {
+			if strings.Contains(line, p) {
+				t.Logf("%s: %s", replica.Name, line)
+				break
+			}
+		}
+	}
 }
