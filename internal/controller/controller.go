@@ -168,6 +168,9 @@ type Controller struct {
 	// streams replay when subscribed (Resumable).
 	owned   map[string]struct{}
 	resumes map[string]*resumeDecision
+	// supersedeSeen holds, by branch, the last time its worker here was superseded
+	// (git.Router.LastSuperseded) that acquire acted on.
+	supersedeSeen map[string]time.Time
 	// wanted holds, per rule owner, the streams of the local cluster the rule asks for,
 	// whichever replica runs them: what the attribution webhook configuration covers.
 	wanted map[string][]watch.StreamSpec
@@ -217,6 +220,7 @@ func New(opts Options) (*Controller, error) {
 		replayed:      map[types.NamespacedName]replayMark{},
 		owned:         map[string]struct{}{},
 		resumes:       map[string]*resumeDecision{},
+		supersedeSeen: map[string]time.Time{},
 		wanted:        map[string][]watch.StreamSpec{},
 	}
 	scheme := runtime.NewScheme()

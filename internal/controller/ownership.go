@@ -116,6 +116,11 @@ func (c *Controller) resumableStreamLocked(k string, stream watch.StreamID) bool
 type resumeDecision struct {
 	until time.Time
 	asked map[watch.StreamID]bool
+	// superseded: this replica's worker on the branch was superseded by another replica's
+	// before it came to write the branch again; resumed holds the targets whose streams were
+	// told to replay then (acquire).
+	superseded bool
+	resumed    map[types.NamespacedName]bool
 }
 
 // resumeWindow is how long after this replica came to write a branch its streams replay.
@@ -132,12 +137,23 @@ func (c *Controller) resumableLocked(k string) bool {
 	if _, had := c.owned[k]; had {
 		return false // written here since before anything was decided: this replica's own streams
 	}
-	d := &resumeDecision{asked: map[watch.StreamID]bool{}}
+	d := &resumeDecision{asked: map[watch.StreamID]bool{}, resumed: map[types.NamespacedName]bool{}}
 	if c.opts.Ownership == nil || c.opts.Ownership.PreviousOwnerLost(k) {
 		d.until = now.Add(resumeWindow)
 	}
 	c.resumes[k] = d
 	return !d.until.IsZero()
+}
+
+// retakeLocked records that this replica writes branch k again after its worker there was
+// superseded by another replica's: the changes that worker held were dropped, and the writer
+// in between hands the branch back while running, dropping the changes still waiting for
+// their authors (their audit facts may be what the pause held up). So the branch's streams
+// replay as a lost writer's heir's do, whether they stopped meanwhile (a new subscription asks
+// Resumable) or not (acquire resumes them). c.mu must be held.
+func (c *Controller) retakeLocked(k string) {
+	c.resumes[k] = &resumeDecision{asked: map[watch.StreamID]bool{}, resumed: map[types.NamespacedName]bool{},
+		until: time.Now().Add(resumeWindow), superseded: true}
 }
 
 // leads reports whether this replica runs the singletons.
@@ -147,15 +163,32 @@ func (c *Controller) leads() bool {
 
 // acquire records that this replica writes t's branch, counting a handover when it did not.
 func (c *Controller) acquire(t *v1alpha1.GitTarget) {
+	name := types.NamespacedName{Namespace: t.Namespace, Name: t.Name}
 	k := branchKey(t)
+	superseded := c.opts.Router.LastSuperseded(types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}, t.Spec.Branch)
 	c.mu.Lock()
 	_, had := c.owned[k]
-	if !had {
+	switch {
+	case superseded.After(c.supersedeSeen[k]):
+		c.supersedeSeen[k] = superseded
+		c.retakeLocked(k)
+	case !had:
 		c.resumableLocked(k) // decided now if no stream asked yet
 	}
 	c.owned[k] = struct{}{}
 	n := len(c.owned)
+	resume := false
+	if d := c.resumes[k]; d != nil && d.superseded && !d.resumed[name] && time.Now().Before(d.until) {
+		d.resumed[name], resume = true, true
+	}
 	c.mu.Unlock()
+	if resume {
+		// This replica's streams may not have stopped while it was superseded (the ownership
+		// view changed back first): they start again as a lost writer's heir's would.
+		n := c.opts.Sources.Resume(name)
+		c.log.Info("streams replay the events since their trail: this replica writes a branch again whose writer in between may have dropped changes",
+			"branch", k, "target", name.String(), "streams", n)
+	}
 	if had || c.opts.Ownership == nil {
 		return
 	}

@@ -171,3 +171,21 @@ func TestResumableOnlyRightAfterALoss(t *testing.T) {
 	require.True(t, c.resumableStreamLocked("ns/p:again", secrets), "another stream of the branch")
 	require.False(t, c.resumableStreamLocked("ns/p:again", cm), "the same stream subscribed again")
 }
+
+// A branch this replica writes again after its worker there was superseded replays, although a
+// live replica handed it back and although it was written here before: the superseded worker
+// dropped what it held, and the writer in between drops the changes still waiting for authors.
+func TestResumableAfterARetake(t *testing.T) {
+	o := newFakeOwnership(false)
+	o.handedOver["ns/p:b"] = true
+	c := &Controller{opts: Options{Ownership: o}, owned: map[string]struct{}{}, resumes: map[string]*resumeDecision{}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.False(t, c.resumableLocked("ns/p:b"), "handed over by a live replica")
+	c.owned["ns/p:b"] = struct{}{}
+	c.retakeLocked("ns/p:b")
+	require.True(t, c.resumableLocked("ns/p:b"))
+	cm := watch.StreamID{Cluster: "local", Target: types.NamespacedName{Namespace: "ns", Name: "t"}, Namespace: "ns"}
+	require.True(t, c.resumableStreamLocked("ns/p:b", cm))
+	require.False(t, c.resumableStreamLocked("ns/p:b", cm), "once per stream")
+}

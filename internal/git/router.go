@@ -230,6 +230,9 @@ type Router struct {
 	// writer took over, with when, until ClearSuperseded or SupersededHold later.
 	released   map[types.NamespacedName]struct{}
 	superseded map[workerKey]time.Time
+	// lastSuperseded is, by branch, when its worker here was last superseded (LastSuperseded);
+	// never cleared.
+	lastSuperseded map[workerKey]time.Time
 
 	// updated holds the targets whose status changed since the controller last took them.
 	updated *notify.Set[types.NamespacedName]
@@ -258,6 +261,7 @@ func NewRouter(opts RouterOptions) *Router {
 		replayedStreams: map[types.NamespacedName]int{},
 		released:        map[types.NamespacedName]struct{}{},
 		superseded:      map[workerKey]time.Time{},
+		lastSuperseded:  map[workerKey]time.Time{},
 	}
 }
 
@@ -436,6 +440,15 @@ func (r *Router) Superseded(provider types.NamespacedName, branch string) bool {
 	return r.supersededLocked(workerKey{provider: provider, branch: branch})
 }
 
+// LastSuperseded is when the worker of provider's branch here was last superseded by a newer
+// writer (zero for never), whatever ClearSuperseded forgot since: the changes that worker held
+// were dropped, and the writer in between may have dropped some too.
+func (r *Router) LastSuperseded(provider types.NamespacedName, branch string) time.Time {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.lastSuperseded[workerKey{provider: provider, branch: branch}]
+}
+
 // SupersededHold is RouterOptions.SupersededHold, or its default.
 func (r *Router) SupersededHold() time.Duration {
 	if r.opts.SupersededHold > 0 {
@@ -468,6 +481,7 @@ func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 	var targets []types.NamespacedName
 	if r.workers[rw.key] == rw {
 		r.superseded[rw.key] = time.Now()
+		r.lastSuperseded[rw.key] = r.superseded[rw.key]
 		for name, rt := range r.routes {
 			if rt.worker == rw {
 				targets = append(targets, name)

@@ -328,8 +328,9 @@ func (s *sharedInformer) subscribeLocked(target types.NamespacedName, spec subsc
 }
 
 // replay hands target's subscription the whole state again, resuming from its cursor as a new
-// subscription would; it reports whether target subscribes to this informer.
-func (s *sharedInformer) replay(target types.NamespacedName) bool {
+// subscription would, after the events since its trail when fromTrail; it reports whether
+// target subscribes to this informer.
+func (s *sharedInformer) replay(target types.NamespacedName, fromTrail bool) bool {
 	s.mu.Lock()
 	sub, ok := s.subs[target]
 	var spec subscriptionSpec
@@ -346,7 +347,7 @@ func (s *sharedInformer) replay(target types.NamespacedName) bool {
 	if s.subs[target] != sub {
 		return true // subscribed again meanwhile: handed the whole state already
 	}
-	s.subscribeLocked(target, spec, cursor, false)
+	s.subscribeLocked(target, spec, cursor, fromTrail)
 	return true
 }
 

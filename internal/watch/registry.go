@@ -377,9 +377,34 @@ func (c *Cluster) Replay(target types.NamespacedName) int {
 	defer c.mu.Unlock()
 	n := 0
 	for _, inf := range c.informers {
-		if inf.replay(target) {
+		if inf.replay(target, false) {
 			n++
 		}
+	}
+	return n
+}
+
+// Resume has target's streams, in every cluster, start again as streams whose previous writer
+// was lost (RegistryOptions.Resumable): each replays the events since its trail, then hands the
+// state over from its cursor. The controller asks for it when this replica writes a branch
+// again whose changes the writer before it may have dropped, and the streams had not stopped
+// meanwhile. It returns the number of streams resumed.
+func (r *Registry) Resume(target types.NamespacedName) int {
+	r.mu.Lock()
+	clusters := make([]*Cluster, 0, len(r.clusters))
+	for _, c := range r.clusters {
+		clusters = append(clusters, c)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, c := range clusters {
+		c.mu.Lock()
+		for _, inf := range c.informers {
+			if inf.replay(target, true) {
+				n++
+			}
+		}
+		c.mu.Unlock()
 	}
 	return n
 }

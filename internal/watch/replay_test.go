@@ -167,9 +167,17 @@ func TestOnlyASubscriptionReplays(t *testing.T) {
 	s.mu.Lock()
 	s.subs[target].replaying = false // as if its hand-over was done
 	s.mu.Unlock()
-	require.True(t, s.replay(target))
+	require.True(t, s.replay(target, false))
 	s.mu.Lock()
 	replaying = s.subs[target].replaying
 	s.mu.Unlock()
 	require.False(t, replaying, "a rebuild replays")
+
+	// A writer that takes its branch back after it was superseded (Registry.Resume) replays
+	// the events since the trail, as an heir's new subscription does.
+	require.True(t, s.replay(target, true))
+	s.mu.Lock()
+	replaying = s.subs[target].replaying
+	s.mu.Unlock()
+	require.True(t, replaying, "a resumed subscription replays first")
 }
