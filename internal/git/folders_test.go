@@ -369,7 +369,7 @@ func TestFolderCheckFailureIsNoRefusal(t *testing.T) {
 	opts := testOptions(url)
 	opts.Metrics = NewMetrics(prometheus.NewRegistry())
 	tw := startWorker(t, opts)
-	require.Eventually(t, func() bool { return tw.Status().LastCommit != "" }, 20*time.Second, 10*time.Millisecond, "cloned")
+	require.Eventually(t, func() bool { return strings.Contains(tw.logs.String(), "msg=cloned") }, 20*time.Second, 10*time.Millisecond, "cloned")
 
 	gone := gitDir + ".away"
 	require.NoError(t, os.Rename(gitDir, gone))

@@ -57,8 +57,6 @@ type CommitInfo struct {
 
 // Status is a snapshot of a worker's state.
 type Status struct {
-	// LastCommit is the SHA of the newest local commit (pushed or not); "" before the first.
-	LastCommit string
 	// LastPush is when the last successful push finished (Options.Now clock).
 	LastPush time.Time
 	// LastError is the last clone, fetch, commit or push error; nil after a successful push.
@@ -748,11 +746,6 @@ func (w *Worker) setLocalTip(sha plumbing.Hash) {
 			w.log.Error("update local branch reference", "err", err)
 		}
 	}
-	w.mu.Lock()
-	if !sha.IsZero() {
-		w.status.LastCommit = sha.String()
-	}
-	w.mu.Unlock()
 }
 
 // sync brings the remote up to date when a retry is due: clone, rebuild, push.
@@ -918,7 +911,6 @@ func (w *Worker) startOver(err error) {
 		pending++
 	}
 	w.queue = kept
-	w.status.LastCommit = ""
 	w.mu.Unlock()
 	w.addPending(-pending)
 	old := w.remoteTip

@@ -49,7 +49,6 @@ func TestFirstCommitIntoEmptyRemote(t *testing.T) {
 	require.Len(t, pushed[0].Changes, 1)
 
 	st := tw.Status()
-	require.Equal(t, pushed[0].SHA, st.LastCommit)
 	require.Equal(t, fixedNow, st.LastPush)
 	require.NoError(t, st.LastError)
 	require.Zero(t, st.Pending)
@@ -207,12 +206,11 @@ func TestNoCommitWithoutTreeChange(t *testing.T) {
 			tw := startWorker(t, opts)
 			tw.Submit("", by("alice", "a1", cmChange(watch.OpCreate, "demo", "cfg", "same")))
 			tw.waitPushed(t)
-			tip := tw.Status().LastCommit
 
 			tw.Submit("", tt.second)
 			require.Eventually(t, func() bool { return tw.Status().Pending == 0 }, 10*time.Second, 10*time.Millisecond)
 			require.NoError(t, tw.stop(t))
-			require.Equal(t, tip, tw.Status().LastCommit)
+			require.Equal(t, 1, strings.Count(tw.logs.String(), "msg=committed "), "no local commit either")
 			require.Len(t, gitLog(t, gitDir, "main", "%H"), 1)
 			require.Len(t, tw.pushes.commits(), 1)
 		})
