@@ -29,9 +29,9 @@ import (
 // is the writer's own (keyed by its writer epoch, which its commits carry), so that two writers
 // of a branch at once never overwrite each other's. A worker that opens the branch, or fetches
 // it moved, reads the record of the epoch that made the tip; when the tip is that commit (or
-// that commit's child) these versions are on the branch whatever the cursors say, and a replayed change of one of
-// them, or of an older version of its object, makes no commit: it is settled, as a change the
-// branch already holds, and its cursor advances with the next push.
+// that commit's child) these versions are on the branch whatever the cursors say, and a
+// replayed change of one of them, or of an older version of its object, makes no commit: it is
+// settled, as a change the branch already holds, and its cursor advances with the next push.
 //
 // Only each writer's last push is recorded: the cursors of every earlier one were advanced before
 // the next began (Router.onPushed runs before the worker goes on), unless Redis refused the
