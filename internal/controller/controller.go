@@ -171,6 +171,9 @@ type Controller struct {
 	// supersedeSeen holds, by branch, the last time its worker here was superseded
 	// (git.Router.LastSuperseded) that acquire acted on.
 	supersedeSeen map[string]time.Time
+	// releasedHere holds the GitTargets this replica stopped writing (release) and has not
+	// written again since (acquire).
+	releasedHere map[types.NamespacedName]struct{}
 	// wanted holds, per rule owner, the streams of the local cluster the rule asks for,
 	// whichever replica runs them: what the attribution webhook configuration covers.
 	wanted map[string][]watch.StreamSpec
@@ -221,6 +224,7 @@ func New(opts Options) (*Controller, error) {
 		owned:         map[string]struct{}{},
 		resumes:       map[string]*resumeDecision{},
 		supersedeSeen: map[string]time.Time{},
+		releasedHere:  map[types.NamespacedName]struct{}{},
 		wanted:        map[string][]watch.StreamSpec{},
 	}
 	scheme := runtime.NewScheme()

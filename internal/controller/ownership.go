@@ -177,17 +177,23 @@ func (c *Controller) acquire(t *v1alpha1.GitTarget) {
 	}
 	c.owned[k] = struct{}{}
 	n := len(c.owned)
-	resume := false
+	_, released := c.releasedHere[name]
+	delete(c.releasedHere, name)
+	resume := released
 	if d := c.resumes[k]; d != nil && d.superseded && !d.resumed[name] && time.Now().Before(d.until) {
 		d.resumed[name], resume = true, true
 	}
 	c.mu.Unlock()
 	if resume {
-		// This replica's streams may not have stopped while it was superseded (the ownership
-		// view changed back first): they start again as a lost writer's heir's would.
-		n := c.opts.Sources.Resume(name)
-		c.log.Info("streams replay the events since their trail: this replica writes a branch again whose writer in between may have dropped changes",
-			"branch", k, "target", name.String(), "streams", n)
+		// The target's streams here may not have stopped while this replica did not write its
+		// branch (the ownership view changed back before its rules were synced): their changes
+		// were dropped meanwhile, and a superseded writer dropped what it held. They start
+		// again as a lost writer's heir's would; a stream that did stop is subscribed anew
+		// and asks Resumable.
+		if n := c.opts.Sources.Resume(name); n > 0 || !released {
+			c.log.Info("streams replay the events since their trail: this replica writes a branch again whose writer in between may have dropped changes",
+				"branch", k, "target", name.String(), "streams", n)
+		}
 	}
 	if had || c.opts.Ownership == nil {
 		return
@@ -217,6 +223,7 @@ func (c *Controller) release(t *v1alpha1.GitTarget) {
 	_, had := c.owned[k]
 	delete(c.owned, k)
 	delete(c.resumes, k)
+	c.releasedHere[name] = struct{}{}
 	n := len(c.owned)
 	c.mu.Unlock()
 	if !had {

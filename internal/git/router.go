@@ -479,9 +479,18 @@ func (r *Router) ClearSuperseded() {
 func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 	r.mu.Lock()
 	var targets []types.NamespacedName
-	if r.workers[rw.key] == rw {
+	// Whether it still writes the branch or was stopping (released, its successor here already
+	// started), what it held unpushed is dropped: the controller learns it (LastSuperseded) when
+	// it syncs the branch's targets next.
+	r.lastSuperseded[rw.key] = time.Now()
+	if r.workers[rw.key] != rw {
+		for name, rt := range r.routes {
+			if rt.worker != nil && rt.worker.key == rw.key {
+				targets = append(targets, name)
+			}
+		}
+	} else {
 		r.superseded[rw.key] = time.Now()
-		r.lastSuperseded[rw.key] = r.superseded[rw.key]
 		for name, rt := range r.routes {
 			if rt.worker == rw {
 				targets = append(targets, name)
@@ -495,9 +504,15 @@ func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 			r.stopWorkerLocked(rw)
 		}
 	}
+	stopping := r.workers[rw.key] != rw
 	r.mu.Unlock()
-	r.log.Warn("another replica took this branch over; its GitTargets are released here",
-		"provider", rw.key.provider.String(), "branch", rw.key.branch, "newer_writer", newer, "targets", len(targets))
+	if stopping {
+		r.log.Warn("a stopping writer of this branch found a newer one there; what it held unpushed is dropped and handed over again",
+			"provider", rw.key.provider.String(), "branch", rw.key.branch, "newer_writer", newer)
+	} else {
+		r.log.Warn("another replica took this branch over; its GitTargets are released here",
+			"provider", rw.key.provider.String(), "branch", rw.key.branch, "newer_writer", newer, "targets", len(targets))
+	}
 	r.notify(targets...)
 }
 

@@ -163,6 +163,8 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 	a.Deliver(by("alice", "a2", cmChange(watch.OpUpdate, "demo", "app", "1b")))
 	require.Eventually(t, func() bool { return !a.Routed(tenants) }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1.0, testutil.ToFloat64(metrics.supersedes))
+	last := a.LastSuperseded(dest.Remote.Provider, "main")
+	require.False(t, last.IsZero(), "the controller learns of the supersede")
 	require.ErrorIs(t, a.Route(tenants, dest), ErrSuperseded)
 	a.Deliver(by("alice", "a3", cmChange(watch.OpUpdate, "demo", "app", "3")))
 	require.Equal(t, 0.0, testutil.ToFloat64(metrics.unrouted))
@@ -182,6 +184,7 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 
 	// The view changed and a owns the branch again: a newer epoch than b's.
 	a.ClearSuperseded()
+	require.Equal(t, last, a.LastSuperseded(dest.Remote.Provider, "main"), "kept: what the worker dropped is still to be handed over")
 	require.NoError(t, a.Route(tenants, dest))
 	a.Deliver(by("carol", "c1", cmChange(watch.OpUpdate, "demo", "app", "4")))
 	require.Eventually(t, func() bool {
