@@ -483,7 +483,8 @@ func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 	// started), what it held unpushed is dropped: the controller learns it (LastSuperseded) when
 	// it syncs the branch's targets next.
 	r.lastSuperseded[rw.key] = time.Now()
-	if r.workers[rw.key] != rw {
+	stopping := r.workers[rw.key] != rw
+	if stopping {
 		for name, rt := range r.routes {
 			if rt.worker != nil && rt.worker.key == rw.key {
 				targets = append(targets, name)
@@ -504,7 +505,6 @@ func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 			r.stopWorkerLocked(rw)
 		}
 	}
-	stopping := r.workers[rw.key] != rw
 	r.mu.Unlock()
 	if stopping {
 		r.log.Warn("a stopping writer of this branch found a newer one there; what it held unpushed is dropped and handed over again",
