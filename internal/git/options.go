@@ -159,9 +159,10 @@ type Options struct {
 	// writer trailer: its GitProvider ("<namespace>/<name>"). Required with WriterEpoch.
 	WriterSlot string
 	// Pushes, when set, keeps what each push delivers (pushdelivery.go): the worker records it
-	// before every push, and reads the last one when it opens the branch, so that a replayed
-	// change the branch holds already, pushed by a writer killed before its cursors advanced,
-	// makes no commit. Keyed by WriterSlot and Branch; used only with a WriterSlot.
+	// before every push, and reads the record of the writer whose commit is the tip when it
+	// opens the branch and whenever a fetch finds it moved, so that a replayed change the
+	// branch holds already, pushed by a writer killed before its cursors advanced, makes no
+	// commit. Keyed by WriterSlot, Branch and writer epoch; used only with a WriterSlot.
 	Pushes *Deliveries
 	// OnSuperseded is called, from the worker goroutine, when the worker gave its branch up to
 	// a writer of a newer epoch; Run returns then. It must not block.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -131,7 +132,7 @@ func onBranchFrom(rec pushDelivery, tip *object.Commit) onBranch {
 		return nil
 	}
 	sha := plumbing.NewHash(rec.SHA)
-	if tip.Hash != sha && !containsHash(tip.ParentHashes, sha) {
+	if tip.Hash != sha && !slices.Contains(tip.ParentHashes, sha) {
 		return nil
 	}
 	b := make(onBranch, len(rec.Entries))
@@ -139,15 +140,6 @@ func onBranchFrom(rec pushDelivery, tip *object.Commit) onBranch {
 		b[[2]string{e.Folder, e.Object}] = e.RV
 	}
 	return b
-}
-
-func containsHash(hs []plumbing.Hash, h plumbing.Hash) bool {
-	for _, x := range hs {
-		if x == h {
-			return true
-		}
-	}
-	return false
 }
 
 // Deliveries keeps each writer slot's last push record in Redis.

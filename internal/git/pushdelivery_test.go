@@ -47,6 +47,24 @@ func deliveryWorker(t *testing.T, url string, epoch int64, d *Deliveries, m *Met
 	return newTestWorker(t, opts)
 }
 
+// holdPushes makes tw's pushes fail until release is called, typically once the
+// returned waitCommits saw it make that many local commits: what it commits meanwhile goes in
+// one push.
+func holdPushes(t *testing.T, tw *testWorker) (waitCommits func(commits int), release func()) {
+	var released atomic.Bool
+	tw.pushFn = func(ctx context.Context) error {
+		if !released.Load() {
+			return errors.New("not yet")
+		}
+		return tw.pushOnce(ctx)
+	}
+	waitCommits = func(commits int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Count(tw.logs.String(), "msg=committed") == commits }, 20*time.Second, 10*time.Millisecond)
+	}
+	return waitCommits, func() { released.Store(true) }
+}
+
 // A writer killed after its push landed and before the resume cursors advanced leaves the
 // branch ahead of them: its heir's streams replay the push's changes. The heir finds the push
 // record naming the branch's tip and commits none of those versions again, not even the older
@@ -61,19 +79,13 @@ func TestAnHeirCommitsNoVersionOfItsPredecessorsLastPushAgain(t *testing.T) {
 	db := by("alice", "a2", version(cmChange(watch.OpCreate, "demo", "db", "1"), 103))
 	lost := deliveryWorker(t, url, 1, d, nil)
 	// The three commits go in one push: the push waits until they are made.
-	var release atomic.Bool
-	lost.pushFn = func(ctx context.Context) error {
-		if !release.Load() {
-			return errors.New("not yet")
-		}
-		return lost.pushOnce(ctx)
-	}
+	committed, release := holdPushes(t, lost)
 	lost.start(t)
 	for _, c := range []attribution.AttributedChange{app1, app2, db} {
 		lost.Submit("team", c)
 	}
-	require.Eventually(t, func() bool { return strings.Count(lost.logs.String(), "msg=committed") == 3 }, 20*time.Second, 10*time.Millisecond)
-	release.Store(true)
+	committed(3)
+	release()
 	lost.waitPushed(t)
 	require.NoError(t, lost.stop(t))
 	pushed := gitLog(t, gitDir, "main", "%an %s")
@@ -208,35 +220,23 @@ func TestARebuildLeavesOutWhatAnotherWritersLastPushDelivered(t *testing.T) {
 	app2 := by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))
 	m := NewMetrics(prometheus.NewRegistry())
 	newer := deliveryWorker(t, url, 3, d, m)
-	var release atomic.Bool
-	newer.pushFn = func(ctx context.Context) error {
-		if !release.Load() {
-			return errors.New("not yet")
-		}
-		return newer.pushOnce(ctx)
-	}
+	newerCommitted, releaseNewer := holdPushes(t, newer)
 	newer.start(t)
 	newer.Submit("team", fromReplay(app1))
-	require.Eventually(t, func() bool { return strings.Count(newer.logs.String(), "msg=committed") == 1 }, 20*time.Second, 10*time.Millisecond)
+	newerCommitted(1)
 
 	older := deliveryWorker(t, url, 2, d, nil)
-	var both atomic.Bool // both versions go in one push
-	older.pushFn = func(ctx context.Context) error {
-		if !both.Load() {
-			return errors.New("not yet")
-		}
-		return older.pushOnce(ctx)
-	}
+	olderCommitted, releaseOlder := holdPushes(t, older) // both versions go in one push
 	older.start(t)
 	older.Submit("team", app1)
 	older.Submit("team", app2)
-	require.Eventually(t, func() bool { return strings.Count(older.logs.String(), "msg=committed") == 2 }, 20*time.Second, 10*time.Millisecond)
-	both.Store(true)
+	olderCommitted(2)
+	releaseOlder()
 	older.waitPushed(t)
 	require.NoError(t, older.stop(t))
 
 	// The newer writer's push was refused meanwhile, or is now: either way it fetches.
-	release.Store(true)
+	releaseNewer()
 	require.Eventually(t, func() bool { return newer.Status().Pending == 0 }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"bob update configmaps demo/app", "alice create configmaps demo/app", "carol create configmaps demo/db"},
 		gitLog(t, gitDir, "main", "%an %s"), "the replayed create is not committed again")

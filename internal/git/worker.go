@@ -192,8 +192,9 @@ type Worker struct {
 	superseded bool
 	// epoch is the worker's writer epoch (writer.go); 0 without one. Set before the first clone.
 	epoch int64
-	// held is what the branch held, by the last push record, when the worker opened it
-	// (pushdelivery.go). Owned by the Run goroutine.
+	// held is what the branch holds by the push records found at its tip when the worker
+	// opened it and whenever a fetch found it moved (pushdelivery.go). Owned by the Run
+	// goroutine.
 	held onBranch
 
 	// Owned by the Run goroutine.

@@ -372,12 +372,16 @@ func (c *Cluster) Remove(owner string) {
 // follows. The writer asks for it when the branch no longer holds what was pushed (a branch
 // started over, someone else's commits in the folder). It returns the number of streams
 // replayed.
-func (c *Cluster) Replay(target types.NamespacedName) int {
+func (c *Cluster) Replay(target types.NamespacedName) int { return c.replay(target, false) }
+
+// replay hands target its whole state again on every stream of this cluster it subscribes to,
+// after the events since each stream's trail when fromTrail; it returns the number of streams.
+func (c *Cluster) replay(target types.NamespacedName, fromTrail bool) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for _, inf := range c.informers {
-		if inf.replay(target, false) {
+		if inf.replay(target, fromTrail) {
 			n++
 		}
 	}
@@ -398,13 +402,7 @@ func (r *Registry) Resume(target types.NamespacedName) int {
 	r.mu.Unlock()
 	n := 0
 	for _, c := range clusters {
-		c.mu.Lock()
-		for _, inf := range c.informers {
-			if inf.replay(target, true) {
-				n++
-			}
-		}
-		c.mu.Unlock()
+		n += c.replay(target, true)
 	}
 	return n
 }
