@@ -180,10 +180,14 @@ func (s *Deliveries) last(ctx context.Context, slot, branch string, epoch int64)
 		return pushDelivery{}, false, fmt.Errorf("read the last push: %w", err)
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return pushDelivery{}, false, fmt.Errorf("read the last push: %w", err)
+		return pushDelivery{}, false, fmt.Errorf("%w: %w", errUnreadableDelivery, err)
 	}
 	return rec, true, nil
 }
+
+// errUnreadableDelivery: a push record Redis gave is no record of this format. It is ignored,
+// as one of another version is: retrying would not mend it.
+var errUnreadableDelivery = errors.New("the last push record is no JSON record")
 
 // recordPush records, before a push, what pushing the local tip delivers. A failure is logged
 // and the push goes on: Redis refuses the cursors' advance too, and the changes are then
@@ -224,6 +228,10 @@ func (w *Worker) readHeld(ctx context.Context, store *memory.Storage, tip plumbi
 		}
 	}
 	rec, ok, err := w.opts.Pushes.last(ctx, w.opts.WriterSlot, w.opts.Branch, epoch)
+	if errors.Is(err, errUnreadableDelivery) {
+		w.log.Warn("ignoring the last push record: replayed changes its push delivered may be committed again", "writer_of_tip", epoch, "err", err)
+		return nil
+	}
 	if err != nil || !ok {
 		return err
 	}

@@ -143,6 +143,26 @@ func TestAPushRecordOffTheBranchSettlesNothing(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(m.duplicates))
 }
 
+// A record that is no JSON record (written by something else, cut short) is ignored with a
+// warning, as one of another version is: the branch opens, and replayed versions are written.
+func TestAnUnreadablePushRecordIsIgnored(t *testing.T) {
+	gitDir, url, first := startPushed(t, "team", func(o *Options) {
+		o.WriterSlot = "team-a/git"
+		o.WriterEpoch = func(context.Context) (int64, error) { return 1, nil }
+	}, "app")
+	require.NoError(t, first.stop(t))
+	rdb := redistest.Start(t)
+	d := NewDeliveries(rdb, keyspace.MustParse("test:"))
+	require.NoError(t, rdb.Set(context.Background(), d.key("team-a/git", "main", 1), "{not json", time.Hour).Err())
+
+	heir := deliveryWorker(t, url, 2, d, nil)
+	heir.start(t)
+	heir.Submit("team", fromReplay(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))))
+	heir.waitPushed(t)
+	require.Equal(t, []string{"bob update configmaps demo/app", "alice create configmaps demo/app"}, gitLog(t, gitDir, "main", "%an %s"))
+	require.Contains(t, heir.logs.String(), "ignoring the last push record")
+}
+
 // The record is read with the branch: while Redis does not answer, the clone fails with its
 // reason and is retried, rather than replaying without knowing what the branch holds.
 func TestTheBranchIsNotOpenedWithoutItsPushRecord(t *testing.T) {
