@@ -160,10 +160,6 @@ type Controller struct {
 	secrets      cache.SharedIndexInformer
 	sourceBuilds *prometheus.CounterVec
 
-	// evaluated holds, per rule owner, the destination stream of its GitTarget when the rule
-	// was last evaluated ("" when the target had no route): a retarget waits until every rule
-	// of the target has subscribed to the new destination.
-	evaluated map[string]string
 	// owned holds the branches (branchKey) this replica writes; resumes, by branch, whether its
 	// streams replay when subscribed (Resumable).
 	owned   map[string]struct{}
@@ -219,7 +215,6 @@ func New(opts Options) (*Controller, error) {
 		providers:     map[types.NamespacedName]*git.Remote{},
 		providerReady: map[types.NamespacedName]bool{},
 		sources:       sourceState{entries: map[string]*sourceEntry{}},
-		evaluated:     map[string]string{},
 		replayed:      map[types.NamespacedName]replayMark{},
 		owned:         map[string]struct{}{},
 		resumes:       map[string]*resumeDecision{},

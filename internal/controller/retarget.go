@@ -35,17 +35,7 @@ func (c *Controller) tearDown(ctx context.Context, name types.NamespacedName, t 
 	c.opts.Router.Unroute(name, false)
 	desired := t.Spec.Destination()
 	for _, owner := range c.ownersOf(name) {
-		c.mu.Lock()
-		delete(c.evaluated, owner)
-		c.mu.Unlock()
-		for _, d := range []*v1alpha1.Destination{t.Status.ObservedDestination, t.Status.RetargetingTo} {
-			if d == nil {
-				continue
-			}
-			if source := c.opts.Sources.Cluster(c.clusterOf(*d)); source != nil {
-				source.Remove(owner)
-			}
-		}
+		c.removeOwner(owner)
 	}
 	for _, d := range []*v1alpha1.Destination{t.Status.ObservedDestination, t.Status.RetargetingTo} {
 		if d == nil || *d == desired {
@@ -129,10 +119,7 @@ func (c *Controller) snapshotPending(name types.NamespacedName, d v1alpha1.Desti
 		return fmt.Sprintf("source cluster %q", c.clusterOf(d))
 	}
 	for _, owner := range c.ownersOf(name) {
-		c.mu.RLock()
-		evaluated := c.evaluated[owner]
-		c.mu.RUnlock()
-		if evaluated != stream {
+		if following, _ := source.Following(owner); following != stream {
 			return fmt.Sprintf("rule %s to subscribe to the new destination", owner)
 		}
 		if synced, _ := source.Status(owner); !synced {

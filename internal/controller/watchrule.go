@@ -58,9 +58,6 @@ func (c *Controller) syncRule(ctx context.Context, name types.NamespacedName) er
 
 // removeOwner removes owner's streams from every source cluster but keep (when set).
 func (c *Controller) removeOwner(owner string, keep ...string) {
-	c.mu.Lock()
-	delete(c.evaluated, owner)
-	c.mu.Unlock()
 	for _, name := range c.opts.Sources.Names() {
 		if slices.Contains(keep, name) {
 			continue
@@ -128,17 +125,18 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		cluster = c.clusterOf(t.Spec.Destination())
 	}
 	c.removeOwner(req.owner, cluster)
-	defer func() {
-		c.mu.Lock()
-		before, known := c.evaluated[req.owner]
-		c.evaluated[req.owner] = route.Stream
-		c.mu.Unlock()
-		if !known || before != route.Stream {
-			// A retarget waits for every rule of its target to follow the new destination.
-			c.enqueue(kindTarget, req.target)
-		}
-	}()
 	source := c.opts.Sources.Cluster(cluster)
+	if source != nil {
+		// Every path below declares the route's destination to source (Set), streams or none.
+		// A retarget waits for every rule of its target to follow the new destination
+		// (snapshotPending): it is told when one did.
+		before, known := source.Following(req.owner)
+		defer func() {
+			if !known || before != route.Stream {
+				c.enqueue(kindTarget, req.target)
+			}
+		}()
+	}
 	// where names a remote cluster in messages; the local one goes unnamed.
 	where := ""
 	if cluster != c.opts.Cluster {
@@ -147,7 +145,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	// stop ends the rule's streams: it mirrors nothing while it is not Ready for this reason.
 	stop := func(reason, msg string, recheck time.Duration) ruleOutcome {
 		if source != nil {
-			source.Remove(req.owner)
+			source.Set(req.owner, route.Stream, nil)
 		}
 		c.want(req.owner, nil)
 		return ruleOutcome{ready: metav1.ConditionFalse, reason: reason, msg: msg, recheck: recheck}
@@ -197,8 +195,8 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		return out
 	}
 
-	specs, resources := streamSpecs(req, res, route.Stream)
-	source.Set(req.owner, specs)
+	specs, resources := streamSpecs(req, res)
+	source.Set(req.owner, route.Stream, specs)
 	if cluster == c.opts.Cluster {
 		c.want(req.owner, specs)
 	} else {
@@ -235,9 +233,9 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 	return out
 }
 
-// streamSpecs are the streams req's resolution res asks for, writing to destination, and the
-// resources they watch, formatted and sorted.
-func streamSpecs(req ruleRequest, res watch.Resolution, destination string) ([]watch.StreamSpec, []string) {
+// streamSpecs are the streams req's resolution res asks for, and the resources they watch,
+// formatted and sorted.
+func streamSpecs(req ruleRequest, res watch.Resolution) ([]watch.StreamSpec, []string) {
 	namespaces := req.namespaces
 	if namespaces == nil {
 		namespaces = []string{""}
@@ -251,7 +249,7 @@ func streamSpecs(req ruleRequest, res watch.Resolution, destination string) ([]w
 		}
 		for _, ns := range scopes {
 			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
-				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers, Destination: destination})
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers})
 		}
 		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
@@ -279,7 +277,7 @@ func (c *Controller) resolveOnly(req ruleRequest) []watch.StreamSpec {
 	if err != nil {
 		return nil
 	}
-	specs, _ := streamSpecs(req, res, "")
+	specs, _ := streamSpecs(req, res)
 	return specs
 }
 

@@ -63,7 +63,7 @@ func TestInformerRepacksManifests(t *testing.T) {
 	metrics := NewMetrics(prometheus.NewRegistry())
 	m, changes := startCluster(t, client, RegistryOptions{Metrics: metrics})
 	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 	nextChange(t, changes)
 
 	cms := client.Resource(configMaps).Namespace("demo")

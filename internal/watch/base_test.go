@@ -23,7 +23,7 @@ func TestChangesCarryTheirBaseVersionAndDigest(t *testing.T) {
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
 	m, changes := startCluster(t, client, RegistryOptions{})
 	target := types.NamespacedName{Namespace: "demo", Name: "target"}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 	require.Eventually(t, func() bool { ok, _ := m.Status("demo/rule"); return ok }, 5*time.Second, 10*time.Millisecond)
 	ctx := context.Background()
 	cms := client.Resource(configMaps).Namespace("demo")

@@ -90,7 +90,7 @@ type Change struct {
 	// change attributed to one of them.
 	ExcludeUsers []string
 	// Destination is the target's destination when the stream observed the change (see
-	// StreamSpec.Destination).
+	// Cluster.Set).
 	Destination string
 }
 

@@ -92,7 +92,7 @@ func TestResumeFromCursor(t *testing.T) {
 	}}}}
 	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
 	ctx := context.Background()
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 
 	got, sweep := collectUntilSweep(t, changes)
 	require.Len(t, got, 4, "%v", got)
@@ -143,7 +143,7 @@ func TestFreshTargetSnapshotAndSweep(t *testing.T) {
 	defer cancel()
 	reg.Start(ctx)
 	defer reg.Stop()
-	m.Set("demo/rule", []StreamSpec{{Target: types.NamespacedName{Namespace: "demo", Name: "t"}, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: types.NamespacedName{Namespace: "demo", Name: "t"}, GVR: configMaps, Namespace: "demo"}})
 
 	got, sweep := collectUntilSweep(t, changes)
 	require.Len(t, got, 2)
@@ -238,12 +238,12 @@ func TestDestinationChangeHandsTheStateAgain(t *testing.T) {
 	cursors := &fakeCursors{}
 	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
 	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Destination: "main:old"}})
+	m.Set("demo/rule", "main:old", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 	got, sweep := collectUntilSweep(t, changes)
 	require.Equal(t, "main:old", got["a"].Destination)
 	require.Equal(t, "main:old", sweep.Destination)
 
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Destination: "main:new"}})
+	m.Set("demo/rule", "main:new", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 	got, sweep = collectUntilSweep(t, changes)
 	require.True(t, got["a"].Snapshot)
 	require.Equal(t, "main:new", got["a"].Destination)
@@ -318,9 +318,9 @@ func TestReplayHandsTheStateOverAgain(t *testing.T) {
 	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
 	target := types.NamespacedName{Namespace: "demo", Name: "t"}
 	other := types.NamespacedName{Namespace: "demo", Name: "other"}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 	collectUntilSweep(t, changes)
-	m.Set("demo/other", []StreamSpec{{Target: other, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/other", "", []StreamSpec{{Target: other, GVR: configMaps, Namespace: "demo"}})
 	collectUntilSweep(t, changes)
 	require.Zero(t, m.Replay(types.NamespacedName{Namespace: "demo", Name: "nobody"}))
 
@@ -363,7 +363,7 @@ func TestReplayHandsOverExcludedObjectsIfMissing(t *testing.T) {
 	target := types.NamespacedName{Namespace: "demo", Name: "t"}
 	cursors.cursors[StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}] = Cursor{Known: true,
 		Objects: map[string]CursorEntry{"demo/synced": {UID: "uid-synced", ResourceVersion: "1"}}}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", ExcludeFieldManagers: []string{"argocd-controller"}}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", ExcludeFieldManagers: []string{"argocd-controller"}}})
 	check := func() {
 		t.Helper()
 		got, sweep := collectUntilSweep(t, changes)

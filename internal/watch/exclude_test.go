@@ -63,7 +63,7 @@ func TestExcludeFieldManagers(t *testing.T) {
 	m, changes := startCluster(t, client, RegistryOptions{Metrics: metrics})
 	ctx := context.Background()
 	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo",
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo",
 		ExcludeFieldManagers: []string{"argocd-controller"}, ExcludeUsers: []string{"system:serviceaccount:argocd:app"}}})
 	snap := nextChange(t, changes)
 	require.True(t, snap.Snapshot, "the initial state is never excluded")

@@ -39,10 +39,13 @@ type StreamSpec struct {
 	// ExcludeUsers suppresses changes attributed to one of these users; it travels with each
 	// Change and is applied by the join, once the author is known.
 	ExcludeUsers []string
-	// Destination names where the target writes (its branch and folder). It is part of the
-	// stream's identity and of its resume cursor: when it changes, the target is handed the
-	// whole state again, as for a new stream, and the new folder is swept.
-	Destination string
+}
+
+// ownerWant is what one owner declared (Cluster.Set): the destination its target writes, and
+// the streams it wants there.
+type ownerWant struct {
+	destination string
+	specs       []StreamSpec
 }
 
 // subscriptionSpec is what the owners of one target want of one informer.
@@ -174,7 +177,7 @@ func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discover
 		discovery: dc,
 		opts:      r.opts,
 		log:       r.opts.Logger.With("cluster", name),
-		owners:    map[string][]StreamSpec{},
+		owners:    map[string]ownerWant{},
 		informers: map[informerKey]*sharedInformer{},
 		cat: catalogState{
 			ctx:      context.Background(),
@@ -199,7 +202,7 @@ func (r *Registry) AddCluster(name string, client dynamic.Interface, dc discover
 // cluster when it is not registered.
 func (r *Registry) ReplaceCluster(name string, client dynamic.Interface, dc discovery.DiscoveryInterface) (*Cluster, error) {
 	old := r.detach(name)
-	var owners map[string][]StreamSpec
+	var owners map[string]ownerWant
 	if old != nil {
 		old.mu.Lock()
 		owners = old.owners
@@ -212,8 +215,8 @@ func (r *Registry) ReplaceCluster(name string, client dynamic.Interface, dc disc
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for owner, specs := range owners {
-		c.owners[owner] = specs
+	for owner, w := range owners {
+		c.owners[owner] = w
 	}
 	c.reconcileLocked()
 	return c, nil
@@ -285,7 +288,7 @@ type Cluster struct {
 	mu        sync.Mutex
 	ctx       context.Context
 	stopped   bool
-	owners    map[string][]StreamSpec
+	owners    map[string]ownerWant
 	informers map[informerKey]*sharedInformer
 
 	// cat is the discovery catalog; its refresh loop runs from start until stop.
@@ -329,19 +332,32 @@ func (c *Cluster) stop() {
 		inf.stop()
 		delete(c.informers, k)
 	}
-	c.owners = map[string][]StreamSpec{}
+	c.owners = map[string]ownerWant{}
 	c.opts.Metrics.setInformers(c.name, 0)
 }
 
-// Set declares the streams owner wants, replacing what it wanted before.
-func (c *Cluster) Set(owner string, specs []StreamSpec) {
+// Set declares the streams owner wants, replacing what it wanted before, and the destination
+// they write: the target's branch and folder (its route), "" for none. The destination is part
+// of each stream's identity and of its resume cursor: when it changes, the target is handed the
+// whole state again, as for a new stream, and the new folder is swept. Set with no streams
+// still records the destination: the owner follows it with nothing to watch (Following).
+func (c *Cluster) Set(owner, destination string, specs []StreamSpec) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
 		return
 	}
-	c.owners[owner] = specs
+	c.owners[owner] = ownerWant{destination: destination, specs: specs}
 	c.reconcileLocked()
+}
+
+// Following returns the destination owner last declared in this cluster (Set), and whether it
+// declared any since it was removed.
+func (c *Cluster) Following(owner string) (destination string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.owners[owner]
+	return w.destination, ok
 }
 
 // Streams returns every stream its owners want (a copy), owner by owner in no set order.
@@ -349,8 +365,8 @@ func (c *Cluster) Streams() []StreamSpec {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []StreamSpec
-	for _, specs := range c.owners {
-		out = append(out, specs...)
+	for _, w := range c.owners {
+		out = append(out, w.specs...)
 	}
 	return out
 }
@@ -423,7 +439,7 @@ func (c *Cluster) Status(owner string) (synced bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	synced = true
-	for _, spec := range c.owners[owner] {
+	for _, spec := range c.owners[owner].specs {
 		inf, ok := c.informers[spec.informer()]
 		if !ok {
 			return false, nil
@@ -445,8 +461,8 @@ func (c *Cluster) reconcileLocked() {
 		return
 	}
 	want := map[informerKey]map[types.NamespacedName]subscriptionSpec{}
-	for _, specs := range c.owners {
-		for _, spec := range specs {
+	for _, w := range c.owners {
+		for _, spec := range w.specs {
 			ik := spec.informer()
 			subs := want[ik]
 			if subs == nil {
@@ -454,7 +470,7 @@ func (c *Cluster) reconcileLocked() {
 				want[ik] = subs
 			}
 			sub := subscriptionSpec{
-				destination:          spec.Destination,
+				destination:          w.destination,
 				ops:                  slices.Clone(spec.Operations),
 				excludeFieldManagers: slices.Clone(spec.ExcludeFieldManagers),
 				excludeUsers:         slices.Clone(spec.ExcludeUsers),

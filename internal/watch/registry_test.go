@@ -49,7 +49,7 @@ func TestStreamEmitsSnapshotChangesAndDedups(t *testing.T) {
 	defer cancel()
 	reg.Start(ctx)
 	target := types.NamespacedName{Namespace: "demo", Name: "target"}
-	m.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Operations: []Op{OpCreate, OpUpdate}}})
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Operations: []Op{OpCreate, OpUpdate}}})
 
 	next := func() Change { t.Helper(); return nextChange(t, changes) }
 	snap := next()
@@ -85,7 +85,7 @@ func TestStreamEmitsSnapshotChangesAndDedups(t *testing.T) {
 	}
 
 	// A second owner selecting DELETE widens the shared stream in place.
-	m.Set("demo/other", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Operations: []Op{OpDelete}}})
+	m.Set("demo/other", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Operations: []Op{OpDelete}}})
 	require.NoError(t, cms.Delete(ctx, "existing", metav1.DeleteOptions{}))
 	deleted := next()
 	require.Equal(t, OpDelete, deleted.Op)
@@ -109,13 +109,13 @@ func TestTargetsShareOneInformer(t *testing.T) {
 
 	first := types.NamespacedName{Namespace: "demo", Name: "first"}
 	second := types.NamespacedName{Namespace: "demo", Name: "second"}
-	m.Set("demo/a", []StreamSpec{{Target: first, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/a", "", []StreamSpec{{Target: first, GVR: configMaps, Namespace: "demo"}})
 	snap := next()
 	require.Equal(t, first, snap.Target)
 	require.True(t, snap.Snapshot)
 	require.Eventually(t, func() bool { ok, _ := m.Status("demo/a"); return ok }, 5*time.Second, 10*time.Millisecond)
 
-	m.Set("demo/b", []StreamSpec{{Target: second, GVR: configMaps, Namespace: "demo"}})
+	m.Set("demo/b", "", []StreamSpec{{Target: second, GVR: configMaps, Namespace: "demo"}})
 	snap = next()
 	require.Equal(t, second, snap.Target, "the late subscriber gets the current state")
 	require.True(t, snap.Snapshot)
@@ -220,7 +220,7 @@ func TestReplaceAndRemoveCluster(t *testing.T) {
 	require.Equal(t, []string{"edge", "local"}, reg.Names())
 
 	target := types.NamespacedName{Namespace: "demo", Name: "target"}
-	edge.Set("demo/rule", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	edge.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
 	c := nextChange(t, changes)
 	require.Equal(t, "old", c.Name)
 	require.Equal(t, "edge", c.Cluster)
@@ -254,4 +254,43 @@ func TestReplaceAndRemoveCluster(t *testing.T) {
 	replaced.mu.Lock()
 	require.Empty(t, replaced.informers)
 	replaced.mu.Unlock()
+}
+
+// TestFollowingRecordsADestinationWithoutStreams: an owner that declares a destination with no
+// streams (its rule matches nothing) still follows it, until it is removed; its changes carry
+// the destination it declared.
+func TestFollowingRecordsADestinationWithoutStreams(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("existing", "1", map[string]any{"a": "1"}))
+	changes := make(chan Change, 16)
+	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }})
+	require.NoError(t, err)
+	m, err := reg.AddCluster("local", client, fakeDiscovery())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg.Start(ctx)
+	defer reg.Stop()
+	target := types.NamespacedName{Namespace: "demo", Name: "target"}
+
+	_, ok := m.Following("demo/rule")
+	require.False(t, ok, "an owner that declared nothing follows nothing")
+
+	m.Set("demo/rule", "main:apps", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	snap := nextChange(t, changes)
+	require.Equal(t, "main:apps", snap.Destination)
+
+	m.Set("demo/rule", "main:other", nil)
+	d, ok := m.Following("demo/rule")
+	require.True(t, ok)
+	require.Equal(t, "main:other", d)
+	require.Empty(t, m.Streams())
+	synced, err := m.Status("demo/rule")
+	require.NoError(t, err)
+	require.True(t, synced, "no stream waits for its initial state")
+
+	m.Remove("demo/rule")
+	_, ok = m.Following("demo/rule")
+	require.False(t, ok)
 }
