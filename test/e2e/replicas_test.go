@@ -562,17 +562,17 @@ func TestReplicasThatBothBelieveTheyOwnABranch(t *testing.T) {
 		logLines(t, e.s.Replica(name), "writes a branch again", "last recorded push", "already holds", "someone else's commits",
 			"took this branch over", "found a newer one there", "writes a branch now", "stopped writing", "rebuilding unpushed", "hand their state over")
 	}
-	// What this test proves is that the two writers never force-push and never commit a change
-	// twice or under the wrong name. When the paused replica comes back and takes its branch
-	// again, the heir lets the branch go and drops the changes still waiting for their authors
-	// (their audit batches were stuck on the paused replica's connection); the replica that
-	// comes back replays its streams from their trail, since its worker was superseded or it
-	// let the branch go meanwhile, and leaves out what the heir's last push delivered. Missing versions are logged, not failed
-	// on: runs have been clean since, but not yet enough of them (docs/testing.md). Every object
+	// The two writers never force-push and never commit a change twice or under the wrong
+	// name, and nothing is lost. When the paused replica comes back and takes its branch again,
+	// the heir lets the branch go and drops the changes still waiting for their authors (their
+	// audit batches were stuck on the paused replica's connection); the replica that comes back
+	// replays its streams from their trail, since its worker was superseded or it let the
+	// branch go meanwhile, and leaves out what the heir's last push delivered. Every object
 	// ends as the cluster holds it.
 	for _, w := range v.lost {
 		t.Logf("%s/%s@%s (%s, %s after the pause) is in no commit", w.ns, w.name, w.rv, w.user, w.at.Sub(pausedAt).Round(10*time.Millisecond))
 	}
+	require.Zero(t, v.missing, "changes lost")
 	require.Zero(t, v.twice, "changes committed twice")
 	require.Zero(t, v.wrong, "changes credited to the wrong user")
 	e.requireFinalState(t, writes)
