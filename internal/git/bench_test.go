@@ -2,6 +2,10 @@ package git
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,8 +18,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
+	"github.com/kubescribe/kubescribe/internal/gittest"
 )
 
 // The benchmarks compare sub-benchmarks side by side (make bench prints each as a ratio to its
@@ -301,4 +307,73 @@ func BenchmarkStart(b *testing.B) {
 			runtime.KeepAlive(last)
 		})
 	}
+}
+
+// BenchmarkCommitSigned: BenchmarkCommitSpread's commit in the 1,000-file repository, unsigned
+// (the baseline) and signed in-process with each kind of key (no process is spawned): ed25519
+// and RSA 3072 SSH keys (sshsig), and an EdDSA OpenPGP key.
+func BenchmarkCommitSigned(b *testing.B) {
+	const files = 1_000
+	ed := benchSigningKey(b, func() (any, error) { _, k, err := ed25519.GenerateKey(rand.Reader); return k, err })
+	rsaKey := benchSigningKey(b, func() (any, error) { return rsa.GenerateKey(rand.Reader, 3072) })
+	pgp, _ := gittest.NewOpenPGPKey(b, "kubescribe", "k@example.com", "")
+	for _, c := range []struct {
+		name string
+		key  []byte
+	}{{"baseline-unsigned", nil}, {"ssh-ed25519", ed}, {"ssh-rsa3072", rsaKey}, {"openpgp-eddsa", pgp}} {
+		b.Run(c.name, func(b *testing.B) {
+			tb, tip, refs := seededBuilder(b, files)
+			if c.key != nil {
+				s, err := ParseSigningKey(c.key, nil)
+				require.NoError(b, err)
+				tb.sign = s
+			}
+			benchCommitLoop(b, tb, tip, refs, spreadObjects(files))
+		})
+	}
+}
+
+// BenchmarkCommitPushSigned: what the worker does for each change, one commit and its push to
+// the 1,000-file remote over HTTPS, unsigned (the baseline) and signed with an ed25519 SSH key
+// and an EdDSA OpenPGP key.
+func BenchmarkCommitPushSigned(b *testing.B) {
+	ed := benchSigningKey(b, func() (any, error) { _, k, err := ed25519.GenerateKey(rand.Reader); return k, err })
+	pgp, _ := gittest.NewOpenPGPKey(b, "kubescribe", "k@example.com", "")
+	for _, c := range []struct {
+		name string
+		key  []byte
+	}{{"baseline-unsigned", nil}, {"ssh-ed25519", ed}, {"openpgp-eddsa", pgp}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv, url, _ := pushSetup(b, 1_000)
+			w := benchWorker(b, url, srv.ca)
+			if c.key != nil {
+				s, err := ParseSigningKey(c.key, nil)
+				require.NoError(b, err)
+				w.signer = s
+			}
+			ctx := context.Background()
+			require.NoError(b, w.open(ctx))
+			require.NoError(b, w.rebuild())
+			i := 0
+			for b.Loop() {
+				i++
+				if err := w.benchCommit(i); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.benchPush(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchSigningKey returns the OpenSSH private key gen makes.
+func benchSigningKey(b *testing.B, gen func() (any, error)) []byte {
+	b.Helper()
+	k, err := gen()
+	require.NoError(b, err)
+	block, err := ssh.MarshalPrivateKey(k, "")
+	require.NoError(b, err)
+	return pem.EncodeToMemory(block)
 }

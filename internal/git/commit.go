@@ -265,8 +265,10 @@ type treeBuilder struct {
 	// looked, when set, keeps the trees read by lookups (fileAt, subtree) during one
 	// materialization, so many changes under one directory parse it once.
 	looked map[plumbing.Hash]*parsedTree
-	// writer is the trailer every commit is signed with (writer.go); "" for none.
+	// writer is the trailer every commit carries (writer.go); "" for none.
 	writer string
+	// sign, when set, signs every commit (sign.go).
+	sign Signer
 	// held is what the branch holds although no cursor may say so (pushdelivery.go): a replayed
 	// change of a version it holds, or of an older one, writes nothing.
 	held onBranch
@@ -813,6 +815,9 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	}
 	if !parent.IsZero() {
 		commit.ParentHashes = []plumbing.Hash{parent}
+	}
+	if err := signCommit(commit, tb.sign); err != nil {
+		return plumbing.ZeroHash, false, err
 	}
 	obj := tb.s.NewEncodedObject()
 	if err := commit.Encode(obj); err != nil {

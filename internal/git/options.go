@@ -113,6 +113,9 @@ type Options struct {
 	// Committer is kubescribe's own identity, recorded as committer of every commit and as the
 	// author of snapshot commits.
 	Committer Signature
+	// Signer, when set, signs every commit the worker makes (sign.go); nil: commits are
+	// unsigned. SetSigner replaces it while the worker runs.
+	Signer Signer
 	// CommitWindow is how long consecutive changes of one author on one target are gathered
 	// into one commit, measured from the window's first change. Must be > 0.
 	CommitWindow time.Duration

@@ -397,8 +397,41 @@ func (w *Worker) Adopt(r Remote) (bool, error) {
 			return false, err
 		}
 	}
+	if signerKey(r.Signer) != signerKey(w.currentSigner()) {
+		w.SetSigner(r.Signer)
+	}
 	w.SetFetchInterval(r.FetchInterval)
 	return true, nil
+}
+
+// SetSigner replaces the key the worker signs its commits with (nil: unsigned). The commits it
+// holds unpushed are built again with it, so none is pushed with a key that was replaced, nor
+// unsigned once a key is set.
+func (w *Worker) SetSigner(s Signer) {
+	w.credsMu.Lock()
+	before := w.signer
+	w.signer = s
+	w.credsMu.Unlock()
+	w.resign.Store(true)
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	w.log.Info("commit signing key replaced; unpushed commits are built again with it", "from", signerLabel(before), "to", signerLabel(s))
+}
+
+func (w *Worker) currentSigner() Signer {
+	w.credsMu.RLock()
+	defer w.credsMu.RUnlock()
+	return w.signer
+}
+
+// signerLabel names s for logs.
+func signerLabel(s Signer) string {
+	if s == nil {
+		return "none (unsigned)"
+	}
+	return s.Key()
 }
 
 // Remote reports the settings the worker runs with; Provider is left empty.
@@ -406,7 +439,7 @@ func (w *Worker) Remote() Remote {
 	w.credsMu.Lock()
 	creds := w.creds
 	w.credsMu.Unlock()
-	return Remote{URL: w.opts.URL, Credentials: creds, Committer: w.opts.Committer, CommitWindow: w.opts.CommitWindow,
+	return Remote{URL: w.opts.URL, Credentials: creds, Committer: w.opts.Committer, Signer: w.currentSigner(), CommitWindow: w.opts.CommitWindow,
 		AuthorEmailDomain: w.opts.AuthorEmailDomain, FetchInterval: time.Duration(w.fetchEvery.Load())}
 }
 

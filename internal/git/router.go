@@ -21,10 +21,12 @@ import (
 // of one provider shares it.
 type Remote struct {
 	// Provider identifies the settings; targets of one provider on one branch share a worker.
-	Provider          types.NamespacedName
-	URL               string
-	Credentials       Credentials
-	Committer         Signature
+	Provider    types.NamespacedName
+	URL         string
+	Credentials Credentials
+	Committer   Signature
+	// Signer signs every commit of the provider's workers; nil: unsigned.
+	Signer            Signer
 	CommitWindow      time.Duration
 	AuthorEmailDomain string
 	// FetchInterval is how often an idle worker fetches its branch (Options.FetchInterval).
@@ -646,6 +648,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		Branch:            k.branch,
 		Credentials:       remote.Credentials,
 		Committer:         remote.Committer,
+		Signer:            remote.Signer,
 		CommitWindow:      remote.CommitWindow,
 		AuthorEmailDomain: remote.AuthorEmailDomain,
 		FetchInterval:     remote.FetchInterval,

@@ -159,7 +159,9 @@ type Worker struct {
 	// credsMu guards the credentials, which SetCredentials replaces while the worker runs.
 	credsMu sync.RWMutex
 	creds   Credentials
-	auth    transport.AuthMethod
+	// signer signs the worker's commits (nil: unsigned); SetSigner replaces it, under credsMu.
+	signer Signer
+	auth   transport.AuthMethod
 	// retired are passwords this worker used before; errors are scrubbed of them too, since
 	// an operation may have started with them.
 	retired []string
@@ -243,7 +245,9 @@ type Worker struct {
 	// fetchEvery is Options.FetchInterval (a time.Duration), replaced by SetFetchInterval
 	// while the worker runs; branchCheckFailed is set while LastError is a failed branch
 	// check's (checkBranch).
-	fetchEvery        atomic.Int64
+	fetchEvery atomic.Int64
+	// resign is set by SetSigner: the unpushed commits are built again with the new key.
+	resign            atomic.Bool
 	branchCheckFailed bool
 	// idleSince is when the worker last found nothing to do (zero while it has work), and
 	// trimmed whether it trimmed since (trimIfIdle).
@@ -278,6 +282,7 @@ func NewWorker(opts Options) (*Worker, error) {
 	w.fetchEvery.Store(int64(opts.FetchInterval))
 	w.log = opts.Logger.With("component", "git", "url", opts.URL, "branch", opts.Branch)
 	w.creds = opts.Credentials
+	w.signer = opts.Signer
 	w.auth, _ = authFor(opts.URL, opts.Credentials) // validate checked it
 	if isHTTP(opts.URL) && !opts.Credentials.empty() && strings.HasPrefix(strings.ToLower(opts.URL), "http://") {
 		w.log.Warn("credentials are sent over plain http; use https")
@@ -604,7 +609,7 @@ func (w *Worker) accept(s submission) {
 func (w *Worker) windowOpen() bool { return w.win != nil && time.Now().Before(w.win.deadline) }
 
 func (w *Worker) builder() treeBuilder {
-	return treeBuilder{s: w.store, trees: w.trees, writer: writerTrailer(w.opts.WriterSlot, w.epoch), held: w.held}
+	return treeBuilder{s: w.store, trees: w.trees, writer: writerTrailer(w.opts.WriterSlot, w.epoch), held: w.held, sign: w.currentSigner()}
 }
 
 func (w *Worker) committer() object.Signature {
@@ -751,6 +756,12 @@ func (w *Worker) setLocalTip(sha plumbing.Hash) {
 
 // sync brings the remote up to date when a retry is due: clone, rebuild, push.
 func (w *Worker) sync(ctx context.Context) {
+	if w.resign.Swap(false) && w.store != nil && len(w.plans) > 0 {
+		// The commits not pushed yet are signed again with the new key (or, when the key
+		// cannot sign, held), now rather than after the backoff of a failure the old key
+		// caused.
+		w.stale, w.retryAt = true, time.Time{}
+	}
 	if time.Now().Before(w.retryAt) {
 		return
 	}
