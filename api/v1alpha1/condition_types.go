@@ -86,6 +86,10 @@ const (
 	// cannot be used (for example an unparsable ca.crt or kubeconfig).
 	ReasonSecretInvalid string = "SecretInvalid"
 
+	// ReasonSigningKeyInvalid: a GitProvider's signing Secret is missing, or holds no key that
+	// can sign (unreadable, public only, expired, protected by a passphrase it lacks).
+	ReasonSigningKeyInvalid string = "SigningKeyInvalid"
+
 	// ReasonRemoteUnreachable: a GitProvider's repository could not be reached (DNS, connection,
 	// TLS or an unexpected server answer).
 	ReasonRemoteUnreachable string = "RemoteUnreachable"

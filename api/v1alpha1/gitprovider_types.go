@@ -40,6 +40,28 @@ const (
 	DefaultGitUsername = "git"
 )
 
+// Keys read from the Secret named by CommitSigning.SecretRef.
+const (
+	// SecretKeySigningKey is the private key commits are signed with: an OpenSSH (or PEM) private
+	// key for SSH signatures, or an armored OpenPGP secret key.
+	SecretKeySigningKey = "signing.key"
+	// SecretKeySigningPassphrase decrypts a signing key protected by a passphrase. Optional.
+	SecretKeySigningPassphrase = "signing.passphrase"
+)
+
+// CommitSigning says how kubescribe signs the commits it makes.
+type CommitSigning struct {
+	// SecretRef names a Secret in the same namespace holding the private key under
+	// "signing.key": an OpenSSH private key (commits carry SSH signatures, which git verifies
+	// with gpg.format=ssh and an allowed-signers file listing the committer's email) or an
+	// armored OpenPGP secret key (verified by gpg with the public key imported). A key protected
+	// by a passphrase needs it under "signing.passphrase". It may be the Secret of spec.secretRef.
+	// The key is read into memory only; a changed Secret is used for the next commit, without
+	// a restart.
+	// +required
+	SecretRef LocalObjectReference `json:"secretRef"`
+}
+
 // GitProviderSpec describes a Git repository and how kubescribe writes to it.
 type GitProviderSpec struct {
 	// URL of the repository: an https://, http:// or ssh:// URL, or the scp-like form
@@ -66,6 +88,12 @@ type GitProviderSpec struct {
 	// "kubescribe@kubescribe.invalid".
 	// +optional
 	Committer *Identity `json:"committer,omitempty"`
+
+	// Signing, when set, signs every commit kubescribe makes on this repository, commits made
+	// again on top of someone else's included. A key that cannot sign makes the provider
+	// Ready=False (SigningKeyInvalid) and holds the commits rather than push them unsigned.
+	// +optional
+	Signing *CommitSigning `json:"signing,omitempty"`
 
 	// CommitWindow is how long a commit stays open: the changes of one author on one GitTarget
 	// made within this window become one commit; a change by a different author closes the

@@ -779,6 +779,7 @@ var gitFix = map[string]string{
 	v1alpha1.ReasonSecretInvalid:            "HTTPS: the token under password (and ca.crt a PEM CA); SSH: identity and known_hosts",
 	v1alpha1.ReasonHostKeyRejected:          "compare the fingerprint with what your Git host publishes and fix known_hosts; if it should not have changed, suspect interception",
 	v1alpha1.ReasonAuthenticationFailed:     "the repository refused the credentials: fix the token or its scopes (it needs push rights)",
+	v1alpha1.ReasonSigningKeyInvalid:        "put a private key that signs under signing.key of the spec.signing Secret (its passphrase under signing.passphrase); until then commits are held or signed with the last key that signed",
 	v1alpha1.ReasonRemoteUnreachable:        "check spec.url (the repository exists?), DNS and the network from kubescribe's Pod (the NetworkPolicy opens 443 and 22), and ca.crt for a private CA",
 	v1alpha1.ReasonPushFailed:               "the remote refuses or does not take pushes: reachability, branch protection on the branch, push rights of the token",
 	v1alpha1.ReasonProviderNotFound:         "create the GitProvider, or re-create the GitTarget with the right spec.providerRef (immutable)",

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -458,14 +459,20 @@ func planRBAC(catalog *watch.Catalog, in *rbacInput, sourceCluster string) (*rba
 	}
 	if sourceCluster == "" {
 		for _, p := range in.providers {
-			if p.Spec.SecretRef == nil || p.Spec.SecretRef.Name == "" {
-				continue
+			refs := map[string]string{}
+			if p.Spec.SecretRef != nil && p.Spec.SecretRef.Name != "" {
+				refs["spec.secretRef"] = p.Spec.SecretRef.Name
 			}
-			s := plan.scope(p.Namespace)
-			if !slices.Contains(s.secrets, p.Spec.SecretRef.Name) {
-				s.secrets = append(s.secrets, p.Spec.SecretRef.Name)
+			if p.Spec.Signing != nil && p.Spec.Signing.SecretRef.Name != "" {
+				refs["spec.signing.secretRef"] = p.Spec.Signing.SecretRef.Name
 			}
-			s.addWhy(fmt.Sprintf("GitProvider %s/%s (spec.secretRef)", p.Namespace, p.Name))
+			for _, field := range slices.Sorted(maps.Keys(refs)) {
+				s := plan.scope(p.Namespace)
+				if !slices.Contains(s.secrets, refs[field]) {
+					s.secrets = append(s.secrets, refs[field])
+				}
+				s.addWhy(fmt.Sprintf("GitProvider %s/%s (%s)", p.Namespace, p.Name, field))
+			}
 		}
 		for _, t := range in.targets {
 			if t.Spec.SourceCluster == nil || t.Spec.SourceCluster.KubeConfigSecretRef.Name == "" {

@@ -155,6 +155,19 @@ func TestPlanRBAC(t *testing.T) {
 			want: map[string][]rbacv1.PolicyRule{"team-a": {listWatch("", "configmaps"), getSecrets("git-credentials")}},
 		},
 		{
+			name: "a GitProvider that signs: its signing Secret is read too",
+			in: rbacInput{
+				watchRules: []v1alpha1.WatchRule{watchRule("team-a", "configmaps", "target", rule(core, "configmaps"))},
+				providers: []v1alpha1.GitProvider{func() v1alpha1.GitProvider {
+					p := gitProvider("team-a", "repo", "git-credentials")
+					p.Spec.Signing = &v1alpha1.CommitSigning{SecretRef: v1alpha1.LocalObjectReference{Name: "signing-key"}}
+					return p
+				}()},
+				targets: local,
+			},
+			want: map[string][]rbacv1.PolicyRule{"team-a": {listWatch("", "configmaps"), getSecrets("git-credentials", "signing-key")}},
+		},
+		{
 			name: "a rule selecting Secrets grants no Secret",
 			in: rbacInput{
 				watchRules: []v1alpha1.WatchRule{

@@ -46,7 +46,9 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 	before := p.Status.DeepCopy()
 	state, reason, msg, retry := c.evaluateProvider(ctx, &p)
 	c.setProvider(name, state)
-	if state == nil && c.hasProvider(name) {
+	if state == nil && reason == v1alpha1.ReasonSigningKeyInvalid && c.holdUnsigned(name, msg) {
+		msg += "; commits are held until a key can sign them: nothing is pushed unsigned"
+	} else if state == nil && c.hasProvider(name) {
 		msg += "; kubescribe keeps writing with the last settings that worked"
 	}
 	setReady(&p.Status.Conditions, p.Generation, state != nil, reason, "%s", msg)
@@ -93,12 +95,17 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	if reason != "" {
 		return nil, reason, msg, retry
 	}
+	signer, msg, retry := c.providerSigner(ctx, p)
+	if msg != "" {
+		return nil, v1alpha1.ReasonSigningKeyInvalid, msg, retry
+	}
 	committer := p.GetCommitter()
 	remote = &git.Remote{
 		Provider:          types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
 		URL:               p.Spec.URL,
 		Credentials:       creds,
 		Committer:         git.Signature{Name: committer.Name, Email: committer.Email},
+		Signer:            signer,
 		CommitWindow:      p.GetCommitWindow(),
 		AuthorEmailDomain: p.GetAuthorEmailDomain(),
 		FetchInterval:     p.GetFetchInterval(),
@@ -117,7 +124,57 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 		}
 		return nil, v1alpha1.ReasonRemoteUnreachable, err.Error(), true
 	}
-	return remote, v1alpha1.ReasonReady, fmt.Sprintf("repository %s is reachable", p.Spec.URL), false
+	msg = fmt.Sprintf("repository %s is reachable", p.Spec.URL)
+	if signer != nil {
+		msg += "; commits are signed with " + signer.Key()
+	}
+	return remote, v1alpha1.ReasonReady, msg, false
+}
+
+// providerSigner reads the provider's signing key (nil without spec.signing). The key stays in
+// memory; messages name its fingerprint, never the key. msg says why it cannot sign; retry,
+// that the Secret may yet appear.
+func (c *Controller) providerSigner(ctx context.Context, p *v1alpha1.GitProvider) (signer git.Signer, msg string, retry bool) {
+	if p.Spec.Signing == nil {
+		return nil, "", false
+	}
+	name := p.Spec.Signing.SecretRef.Name
+	s, err := c.opts.Kube.CoreV1().Secrets(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Sprintf("signing Secret %q not found in namespace %q", name, p.Namespace), true
+	case err != nil:
+		return nil, fmt.Sprintf("reading signing Secret %q: %v", name, err), true
+	}
+	key := s.Data[v1alpha1.SecretKeySigningKey]
+	if len(key) == 0 {
+		return nil, fmt.Sprintf("signing Secret %q has no %q key (an OpenSSH or armored OpenPGP private key)", name, v1alpha1.SecretKeySigningKey), false
+	}
+	signer, err = git.ParseSigningKey(key, s.Data[v1alpha1.SecretKeySigningPassphrase])
+	if err != nil {
+		return nil, fmt.Sprintf("signing Secret %q: %v", name, err), false
+	}
+	return signer, "", false
+}
+
+// holdUnsigned keeps a provider whose signing key cannot sign from pushing unsigned commits:
+// when the last settings that worked sign nothing, their signer becomes one that refuses, so
+// the workers hold their commits (LastError says why) until a key can sign. Settings that
+// worked with a key keep it. It reports whether the commits are held.
+func (c *Controller) holdUnsigned(name types.NamespacedName, reason string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.providers[name]
+	if !ok {
+		return false
+	}
+	if r.Signer != nil && !git.Refuses(r.Signer) {
+		return false
+	}
+	held := *r
+	held.Signer = git.RefusingSigner(reason)
+	c.providers[name] = &held
+	return true
 }
 
 // providerCredentials reads the provider's Secret. Credentials stay in memory; they are never
@@ -188,6 +245,15 @@ func (c *Controller) setProvider(name types.NamespacedName, remote *git.Remote) 
 	}
 	c.providers[name] = remote
 	c.providerReady[name] = true
+}
+
+// providerHolds reports whether a provider's commits are held because signing is configured
+// and its key cannot sign (holdUnsigned).
+func (c *Controller) providerHolds(name types.NamespacedName) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r, ok := c.providers[name]
+	return ok && r.Signer != nil && git.Refuses(r.Signer)
 }
 
 // providerRemote is the last settings of a provider that worked.

@@ -91,9 +91,12 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		} else if st.LastError != nil {
 			ready, reason = false, v1alpha1.ReasonPushFailed
 			msg = fmt.Sprintf("pushing to %s branch %q failed (%d changes pending, retrying): %v", st.URL, st.Branch, st.Pending, st.LastError)
-		} else if !c.isProviderReady(types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}) {
+		} else if provider := (types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}); !c.isProviderReady(provider) {
 			ready, reason = false, v1alpha1.ReasonProviderNotReady
 			msg = fmt.Sprintf("GitProvider %q is not Ready; changes are still written with its last settings that worked", t.Spec.ProviderRef.Name)
+			if c.providerHolds(provider) {
+				msg = fmt.Sprintf("GitProvider %q is not Ready: its signing key cannot sign, and its commits are held until one can", t.Spec.ProviderRef.Name)
+			}
 		}
 	}
 	if st.LastCommit != "" {

@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/gittest"
+)
+
+func withSigning(secret string) func(*v1alpha1.GitProvider) {
+	return func(p *v1alpha1.GitProvider) {
+		p.Spec.Signing = &v1alpha1.CommitSigning{SecretRef: v1alpha1.LocalObjectReference{Name: secret}}
+	}
+}
+
+// A provider's signing key walks through its life: a key that signs makes the provider Ready and
+// names the key; a rotated key replaces it; a key that cannot sign makes the provider
+// Ready=False (SigningKeyInvalid) and keeps the last key that signed; signing configured on a
+// provider that signed nothing before, with a key that cannot sign, holds its commits rather
+// than push them unsigned. No message quotes the key.
+func TestSyncProviderSigningKey(t *testing.T) {
+	key, signer := gittest.NewSSHKey(t)
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", remoteURL, withSigning("sign"))},
+		secrets: []runtime.Object{
+			newSecret("creds", map[string]string{"password": testPassword}),
+			newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}),
+		},
+	})
+	settings := func() *git.Remote {
+		f.c.mu.RLock()
+		defer f.c.mu.RUnlock()
+		return f.c.providers[nn("git")]
+	}
+	secrets := f.kube.CoreV1().Secrets(testNS)
+	ctx := context.Background()
+
+	require.NoError(t, f.syncProvider("git"))
+	p := f.provider("git")
+	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady,
+		"commits are signed with SSH ssh-ed25519 key SHA256:")
+	first := settings().Signer
+	require.NotNil(t, first)
+
+	// Rotated: the next sync signs with the new key.
+	key2, _ := gittest.NewSSHKey(t)
+	_, err := secrets.Update(ctx, newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key2)}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.syncProvider("git"))
+	second := settings().Signer
+	require.NotEqual(t, first.Key(), second.Key())
+
+	// A public key where the private key belongs: not Ready, the last key that signed is kept.
+	pub := string(ssh.MarshalAuthorizedKey(signer.PublicKey()))
+	_, err = secrets.Update(ctx, newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: pub}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.syncProvider("git"))
+	p = f.provider("git")
+	cond := requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSigningKeyInvalid,
+		`signing Secret "sign": the signing key is a public key`, "last settings that worked")
+	require.NotContains(t, cond.Message, strings.Fields(pub)[1])
+	require.Equal(t, second.Key(), settings().Signer.Key())
+
+	// The Secret is deleted: retried, still the last key.
+	require.NoError(t, secrets.Delete(ctx, "sign", metav1.DeleteOptions{}))
+	require.Error(t, f.syncProvider("git"))
+	p = f.provider("git")
+	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSigningKeyInvalid,
+		`signing Secret "sign" not found`)
+	require.Equal(t, second.Key(), settings().Signer.Key())
+}
+
+// Signing turned on for a provider that pushed unsigned commits, with a key that cannot sign:
+// the workers must not go on pushing unsigned. The kept settings refuse to sign (commits are
+// held, the message says so) until a key that signs is given.
+func TestSyncProviderHoldsCommitsWhenSigningCannotStart(t *testing.T) {
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", remoteURL)},
+		secrets: []runtime.Object{
+			newSecret("creds", map[string]string{"password": testPassword}),
+			newSecret("sign", map[string]string{"wrong-key-name": "x"}),
+		},
+	})
+	settings := func() *git.Remote {
+		f.c.mu.RLock()
+		defer f.c.mu.RUnlock()
+		return f.c.providers[nn("git")]
+	}
+	require.NoError(t, f.syncProvider("git"))
+	require.Nil(t, settings().Signer, "unsigned before signing is configured")
+
+	p := f.provider("git")
+	withSigning("sign")(&p)
+	_, err := f.dyn.Resource(v1alpha1.GitProvidersResource).Namespace(testNS).Update(context.Background(), toUnstructured(t, &p), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.syncProvider("git"))
+	p = f.provider("git")
+	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSigningKeyInvalid,
+		`signing Secret "sign" has no "signing.key" key`, "commits are held until a key can sign them: nothing is pushed unsigned")
+	s := settings().Signer
+	require.NotNil(t, s)
+	require.True(t, git.Refuses(s))
+	_, err = s.Sign([]byte("x"))
+	require.ErrorContains(t, err, `the signing key cannot sign: signing Secret "sign" has no "signing.key" key`)
+
+	key, _ := gittest.NewSSHKey(t)
+	_, err = f.kube.CoreV1().Secrets(testNS).Update(context.Background(), newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.syncProvider("git"))
+	require.False(t, git.Refuses(settings().Signer))
+}
