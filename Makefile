@@ -14,7 +14,7 @@ CONTROL_PLANE_ENV := KUBE_APISERVER=$(KUBE_APISERVER) ETCD=$(ETCD)
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)))
 # Debian packages the tests and the demo start for real (etcd is built: see the etcd target).
-DEB_PACKAGES := redis-server git ca-certificates
+DEB_PACKAGES := redis-server git ca-certificates openssh-client gnupg
 
 .PHONY: all build image test test-unit test-e2e fuzz demo generate verify-generate bench load load-snapshot lint deps kube-apiserver etcd clean
 
