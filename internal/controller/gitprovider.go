@@ -46,7 +46,7 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 	before := p.Status.DeepCopy()
 	state, reason, msg, retry := c.evaluateProvider(ctx, &p)
 	c.setProvider(name, state)
-	if state == nil && reason == v1alpha1.ReasonSigningKeyInvalid && c.holdUnsigned(name, msg) {
+	if state == nil && p.Spec.Signing != nil && c.holdUnsigned(ctx, &p, reason, msg) {
 		msg += "; commits are held until a key can sign them: nothing is pushed unsigned"
 	} else if state == nil && c.hasProvider(name) {
 		msg += "; kubescribe keeps writing with the last settings that worked"
@@ -157,24 +157,37 @@ func (c *Controller) providerSigner(ctx context.Context, p *v1alpha1.GitProvider
 	return signer, "", false
 }
 
-// holdUnsigned keeps a provider whose signing key cannot sign from pushing unsigned commits:
-// when the last settings that worked sign nothing, their signer becomes one that refuses, so
-// the workers hold their commits (LastError says why) until a key can sign. Settings that
-// worked with a key keep it. It reports whether the commits are held.
-func (c *Controller) holdUnsigned(name types.NamespacedName, reason string) bool {
+// holdUnsigned keeps a provider that must sign from pushing unsigned commits when its check
+// failed (for whatever reason: the signing key, the credentials, the remote) and the last
+// settings that worked sign nothing, or refuse to: their signer becomes the spec's key when
+// that key signs, else one that refuses, so the workers hold their commits (LastError says why)
+// until a key can sign. Settings that worked with a key keep it. It reports whether the
+// commits are held.
+func (c *Controller) holdUnsigned(ctx context.Context, p *v1alpha1.GitProvider, reason, msg string) bool {
+	name := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	c.mu.RLock()
+	r, ok := c.providers[name]
+	c.mu.RUnlock()
+	if !ok || (r.Signer != nil && !git.Refuses(r.Signer)) {
+		return false
+	}
+	var signer git.Signer
+	if reason != v1alpha1.ReasonSigningKeyInvalid {
+		signer, msg, _ = c.providerSigner(ctx, p)
+	}
+	held := false
+	if signer == nil {
+		signer, held = git.RefusingSigner(msg), true
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.providers[name]
-	if !ok {
-		return false
+	if c.providers[name] != r {
+		return false // replaced meanwhile
 	}
-	if r.Signer != nil && !git.Refuses(r.Signer) {
-		return false
-	}
-	held := *r
-	held.Signer = git.RefusingSigner(reason)
-	c.providers[name] = &held
-	return true
+	kept := *r
+	kept.Signer = signer
+	c.providers[name] = &kept
+	return held
 }
 
 // providerCredentials reads the provider's Secret. Credentials stay in memory; they are never

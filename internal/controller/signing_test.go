@@ -117,3 +117,53 @@ func TestSyncProviderHoldsCommitsWhenSigningCannotStart(t *testing.T) {
 	require.NoError(t, f.syncProvider("git"))
 	require.False(t, git.Refuses(settings().Signer))
 }
+
+// Signing turned on while the rest of the check fails (here the credentials Secret is gone):
+// the last settings that worked must not go on pushing unsigned. With a key that signs they
+// sign with it; without one they hold the commits.
+func TestSyncProviderSignsOrHoldsWhenTheCheckFailsForAnotherReason(t *testing.T) {
+	key, _ := gittest.NewSSHKey(t)
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", remoteURL)},
+		secrets: []runtime.Object{
+			newSecret("creds", map[string]string{"password": testPassword}),
+			newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}),
+		},
+	})
+	settings := func() *git.Remote {
+		f.c.mu.RLock()
+		defer f.c.mu.RUnlock()
+		return f.c.providers[nn("git")]
+	}
+	ctx := context.Background()
+	require.NoError(t, f.syncProvider("git"))
+	require.Nil(t, settings().Signer)
+
+	p := f.provider("git")
+	withSigning("sign")(&p)
+	_, err := f.dyn.Resource(v1alpha1.GitProvidersResource).Namespace(testNS).Update(ctx, toUnstructured(t, &p), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.kube.CoreV1().Secrets(testNS).Delete(ctx, "creds", metav1.DeleteOptions{}))
+	require.Error(t, f.syncProvider("git"))
+	p = f.provider("git")
+	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound,
+		"last settings that worked")
+	s := settings().Signer
+	require.NotNil(t, s)
+	require.False(t, git.Refuses(s), "the spec's key signs what the last settings push")
+	require.Contains(t, s.Key(), "SSH ssh-ed25519 key")
+
+	// The signing key goes bad too: the commits are held.
+	_, err = f.kube.CoreV1().Secrets(testNS).Update(ctx, newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: "garbage"}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.c.mu.Lock()
+	kept := *f.c.providers[nn("git")]
+	kept.Signer = nil // as if signing had never worked
+	f.c.providers[nn("git")] = &kept
+	f.c.mu.Unlock()
+	require.Error(t, f.syncProvider("git"))
+	p = f.provider("git")
+	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound,
+		"nothing is pushed unsigned")
+	require.True(t, git.Refuses(settings().Signer))
+}
