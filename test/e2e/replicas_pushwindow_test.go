@@ -147,13 +147,24 @@ func TestReplicasKilledBetweenPushAndCursorAdvance(t *testing.T) {
 	}
 	require.NotZero(t, twoVersions, "the last push held no object in two versions: %+v", rec)
 	t.Logf("killed the owner of b1 after its push %s of %d objects (%d in two versions); their cursor advance undone", rec.SHA, undone, twoVersions)
+	for _, tg := range onB1 {
+		trail, _ := rdb.HGet(ctx, cursorKey(t, rdb, tg.name), "trail").Result()
+		t.Logf("the trail of %s's stream: %s", tg.name, trail)
+	}
 
 	require.True(t, poll(90*time.Second, func() bool {
 		return e.metric(t, "kubescribe_ownership_takeover_gap_seconds_count") >= 1
 	}), "no survivor took b1 over")
-	require.True(t, poll(3*time.Minute, func() bool {
+	if !poll(3*time.Minute, func() bool {
 		return e.metric(t, "kubescribe_git_replayed_duplicates_total") >= float64(twoVersions)
-	}), "the heir did not recognise the replayed versions as pushed; replays: %s", e.replays(t))
+	}) {
+		for _, name := range replicaNames {
+			if name != owner.Name {
+				logLines(t, e.s.Replica(name), "replay", "last recorded push", "already holds", "writes a branch now")
+			}
+		}
+		t.Fatalf("the heir did not recognise the replayed versions as pushed; replays: %s", e.replays(t))
+	}
 	// Every write is in Git already: judge once the survivors hold no change, joined or not.
 	quiet := 0
 	require.True(t, poll(2*time.Minute, func() bool {
