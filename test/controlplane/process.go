@@ -101,6 +101,17 @@ func (p *process) stop() error {
 	return nil
 }
 
+// StartChild starts cmd so that it gets SIGKILL when the test binary dies, however it dies (see
+// spawn): a process a test starts by itself, such as a kubescribe replica, is not left behind
+// by a test binary that was killed or crashed.
+func StartChild(cmd *exec.Cmd) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return spawn(cmd)
+}
+
 // spawner starts processes from one OS thread that never exits. Pdeathsig fires when the
 // *thread* that forked the child exits, not the process, and the Go runtime may retire the
 // thread that happened to run exec.Cmd.Start; a dedicated locked thread makes Pdeathsig mean

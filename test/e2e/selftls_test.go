@@ -296,7 +296,7 @@ func startSelfManaged(t *testing.T, cp *controlplane.ControlPlane, kubeconfig st
 	s.cmd.Dir = s.dir
 	s.cmd.Env = append(os.Environ(), "HOME="+s.dir, "TMPDIR="+filepath.Join(s.dir, "tmp"))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	require.NoError(t, s.cmd.Start())
+	require.NoError(t, controlplane.StartChild(s.cmd))
 	go func() { s.done <- s.cmd.Wait() }()
 	ok := poll(time.Minute, func() bool {
 		select {

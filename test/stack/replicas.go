@@ -82,7 +82,7 @@ func (s *Stack) StartReplica(ctx context.Context, name string) (*Replica, error)
 		"--replica-name="+name, "--coordination-namespace=kubescribe")
 	r.cmd = exec.Command(s.serverBin, args...)
 	r.cmd.Stdout, r.cmd.Stderr = r.logFile, r.logFile
-	if err := r.cmd.Start(); err != nil {
+	if err := controlplane.StartChild(r.cmd); err != nil {
 		_ = r.logFile.Close()
 		return nil, fmt.Errorf("starting replica %s: %w", name, err)
 	}

@@ -297,7 +297,7 @@ func (s *Stack) StartKubescribeProcess(ctx context.Context, bin string) error {
 	// in-process kubescribe ran before to pick one).
 	cmd := exec.Command(bin, s.processArgs(cp.Audit.ListenAddr, s.admissionAddr, opsAddr, metricsAddr)...)
 	cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
-	if err := cmd.Start(); err != nil {
+	if err := controlplane.StartChild(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", bin, err)
 	}
 	s.proc, s.OpsURL, s.MetricsURL = cmd, "http://"+opsAddr, "https://"+metricsAddr+"/metrics"
