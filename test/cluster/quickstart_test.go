@@ -22,8 +22,12 @@ import (
 )
 
 // redisClusterIP is the ClusterIP the test gives kubescribe's Redis Service: the node has no
-// cluster DNS (yet), so kubescribe is pointed at the address instead of kubescribe-redis.
-const redisClusterIP = "10.96.0.20"
+// cluster DNS (yet), so kubescribe is pointed at the address instead of kubescribe-redis. It
+// lies in the range's lower band, which the apiserver hands out dynamically only once the upper
+// band is full (the first 16 addresses of a /24: min(max(16, size/16), 256), KEP-3070, as
+// kubernetes.io's "Service ClusterIP allocation" page says); 10.96.0.20 was in the upper band,
+// and once a Service created before it (kubescribe's own) had been given that address.
+const redisClusterIP = "10.96.0.12"
 
 // quickstart installs deploy/overlays/quickstart as `kubectl apply -k` would, built with
 // kustomize's library in a copy of deploy/ under dir, with the image `make image` built
