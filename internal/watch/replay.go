@@ -288,8 +288,14 @@ func (s *sharedInformer) handOverAfterReplayLocked(sub *subscription, events []r
 		u := e.obj
 		uid := u.GetUID()
 		field := objectField(u.GetNamespace(), u.GetName())
-		ce, inCursor := sub.cursor.Objects[field]
-		inCursor = inCursor && ce.UID == string(uid)
+		ce, named := sub.cursor.Objects[field]
+		inCursor := named && ce.UID == string(uid)
+		if named && !inCursor && e.typ == watch.Deleted {
+			// The cursor holds another object of this name: one created after this delete
+			// and pushed, so the branch's file is that object's; or one before it, whose own
+			// delete comes earlier in the replay. Either way this delete is not the file's.
+			continue
+		}
 		if !inCursor && !inStore[uid] && e.typ != watch.Deleted {
 			// Neither in the cursor nor alive: its delete was pushed, or it lived and died in
 			// the replayed span; its versions are not written again. Its delete is (below): the

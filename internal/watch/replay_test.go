@@ -203,3 +203,38 @@ func TestAStreamsFirstEventStartsItsTrail(t *testing.T) {
 	require.Len(t, synced.trail, 1, "later points come from the ticks (recordTrails)")
 	require.Equal(t, uint64(45), s.handled)
 }
+
+// A name deleted and created again within the replayed span: the cursor holds the new object,
+// pushed. The old object's replayed delete is not the file's: it must not remove the new
+// object's file (which the state handed over after would then restore, by the committer).
+func TestReplayedDeleteOfAnEarlierObjectKeepsTheNewOnesFile(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
+	var got []Change
+	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"},
+		emit: func(c Change) { got = append(got, c) }, subs: map[types.NamespacedName]*subscription{},
+		versions: map[types.UID]string{}, held: map[types.UID]string{}, compactor: &compactor{}}
+	s.informer = newCompactInformer(client, configMaps, "demo", s.compactor)
+	obj := func(uid, rv string) *compactObject {
+		return &compactObject{Name: "a", Namespace: "demo", UID: types.UID(uid), ResourceVersion: rv, manifest: uid + "@" + rv}
+	}
+	require.NoError(t, s.informer.GetStore().Add(obj("uid-new", "7")))
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	sub := &subscription{target: target, seen: map[types.UID][32]byte{}, listed: map[string]bool{}, replaying: true,
+		cursor: Cursor{Known: true, Objects: map[string]CursorEntry{"demo/a": {UID: "uid-new", ResourceVersion: "7"}}}}
+	s.subs[target] = sub
+	events := []replayEvent{
+		{typ: watch.Added, obj: obj("uid-old", "5"), rv: 5},
+		{typ: watch.Deleted, obj: obj("uid-old", "6"), rv: 6},
+		{typ: watch.Added, obj: obj("uid-new", "7"), rv: 7}, // pushed
+	}
+	s.mu.Lock()
+	s.handOverAfterReplayLocked(sub, events, 7, true)
+	s.mu.Unlock()
+	for _, c := range got {
+		require.NotEqual(t, OpDelete, c.Op, "the old object's delete removed the new one's file: %+v", c)
+		if c.Op != OpSweep {
+			require.True(t, c.Unchanged, "the new object is as pushed: %+v", c)
+		}
+	}
+}
