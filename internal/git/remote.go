@@ -406,7 +406,7 @@ func (w *Worker) Adopt(r Remote) (bool, error) {
 
 // SetSigner replaces the key the worker signs its commits with (nil: unsigned). The commits it
 // holds unpushed are built again with it, so none is pushed with a key that was replaced, nor
-// unsigned once a key is set.
+// unsigned once a key is set; a push already under way finishes with the commits it carries.
 func (w *Worker) SetSigner(s Signer) {
 	w.credsMu.Lock()
 	before := w.signer
