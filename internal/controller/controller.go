@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -498,10 +499,12 @@ func (c *Controller) list(k kind, ns string, visit func(u *unstructured.Unstruct
 	}
 }
 
-// enqueueReferencing enqueues every object of kind k in ns whose spec.<field>.name is name.
+// enqueueReferencing enqueues every object of kind k in ns whose spec.<field>.name is name;
+// field may be a dotted path ("signing.secretRef").
 func (c *Controller) enqueueReferencing(k kind, ns, field, name string) {
+	path := append(append([]string{"spec"}, strings.Split(field, ".")...), "name")
 	c.list(k, ns, func(u *unstructured.Unstructured) {
-		ref, _, _ := unstructured.NestedString(u.Object, "spec", field, "name")
+		ref, _, _ := unstructured.NestedString(u.Object, path...)
 		if ref == name {
 			c.enqueue(k, types.NamespacedName{Namespace: ns, Name: u.GetName()})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
@@ -166,4 +167,36 @@ func TestSyncProviderSignsOrHoldsWhenTheCheckFailsForAnotherReason(t *testing.T)
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound,
 		"nothing is pushed unsigned")
 	require.True(t, git.Refuses(settings().Signer))
+}
+
+// A changed Secret enqueues the GitProviders whose credentials or signing key it holds and the
+// GitTargets whose kubeconfig it is, and nothing else.
+func TestASecretChangeEnqueuesWhatReadsIt(t *testing.T) {
+	f := newFixture(t, fixtureConfig{objects: []runtime.Object{
+		newProvider("creds-only", remoteURL),
+		newProvider("signed", remoteURL, withSigning("sign")),
+		remoteTarget("remote", "kube", "edge"),
+	}})
+	// The informers' add events queued every object: wait until they are all in, then empty
+	// the queue.
+	require.Eventually(t, func() bool { return f.c.queue.Len() == 3 }, 5*time.Second, time.Millisecond)
+	drain := func() []key {
+		var got []key
+		for f.c.queue.Len() > 0 {
+			k, _ := f.c.queue.Get()
+			f.c.queue.Done(k)
+			got = append(got, k)
+		}
+		return got
+	}
+	drain()
+	for secret, want := range map[string][]key{
+		"creds": {{kindProvider, nn("creds-only")}, {kindProvider, nn("signed")}},
+		"sign":  {{kindProvider, nn("signed")}},
+		"kube":  {{kindTarget, nn("remote")}},
+		"other": nil,
+	} {
+		f.c.enqueueTargetsOfSecret(nn(secret))
+		require.ElementsMatch(t, want, drain(), "Secret %q", secret)
+	}
 }

@@ -779,16 +779,8 @@ func (c *Controller) secretVersion(name types.NamespacedName) string {
 // GitProviders whose credentials or signing key it holds.
 func (c *Controller) enqueueTargetsOfSecret(name types.NamespacedName) {
 	c.enqueueReferencing(kindProvider, name.Namespace, "secretRef", name.Name)
-	c.list(kindProvider, name.Namespace, func(u *unstructured.Unstructured) {
-		if s, _, _ := unstructured.NestedString(u.Object, "spec", "signing", "secretRef", "name"); s == name.Name {
-			c.enqueue(kindProvider, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
-		}
-	})
-	c.list(kindTarget, name.Namespace, func(u *unstructured.Unstructured) {
-		if s, _, _ := unstructured.NestedString(u.Object, "spec", "sourceCluster", "kubeConfigSecretRef", "name"); s == name.Name {
-			c.enqueue(kindTarget, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()})
-		}
-	})
+	c.enqueueReferencing(kindProvider, name.Namespace, "signing.secretRef", name.Name)
+	c.enqueueReferencing(kindTarget, name.Namespace, "sourceCluster.kubeConfigSecretRef", name.Name)
 }
 
 // countBuild counts the clients built for a remote cluster's route.
