@@ -44,9 +44,9 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 		return nil
 	}
 	before := p.Status.DeepCopy()
-	state, reason, msg, retry := c.evaluateProvider(ctx, &p)
+	state, signer, reason, msg, retry := c.evaluateProvider(ctx, &p)
 	c.setProvider(name, state)
-	if state == nil && p.Spec.Signing != nil && c.holdUnsigned(ctx, &p, reason, msg) {
+	if state == nil && p.Spec.Signing != nil && c.holdUnsigned(ctx, &p, signer, reason, msg) {
 		msg += "; commits are held until a key can sign them: nothing is pushed unsigned"
 	} else if state == nil && c.hasProvider(name) {
 		msg += "; kubescribe keeps writing with the last settings that worked"
@@ -68,36 +68,38 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 }
 
 // evaluateProvider returns the provider's state when Ready, else the reason. retry says the
-// failure may pass by itself (a network error) and deserves a backoff retry.
-func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (remote *git.Remote, reason, msg string, retry bool) {
+// failure may pass by itself (a network error) and deserves a backoff retry. signer is the
+// signing key it read, when the check got that far and the key signs (a failure after it, the
+// remote's, leaves it set).
+func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvider) (remote *git.Remote, signer git.Signer, reason, msg string, retry bool) {
 	// Credentials in the URL would end up in status messages and logs: refuse them, without
 	// repeating the URL.
 	// An SSH URL may name the user (git@host:path); never a password.
 	if git.IsSSHURL(p.Spec.URL) {
 		if err := git.ValidateURL(p.Spec.URL); err != nil {
-			return nil, v1alpha1.ReasonInvalidSpec, "spec.url must be an SSH repository URL without password; put the private key in the Secret named by spec.secretRef", false
+			return nil, nil, v1alpha1.ReasonInvalidSpec, "spec.url must be an SSH repository URL without password; put the private key in the Secret named by spec.secretRef", false
 		}
 		if p.Spec.SecretRef == nil {
-			return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("an SSH repository needs spec.secretRef: a Secret with the keys %q and %q", v1alpha1.SecretKeyIdentity, v1alpha1.SecretKeyKnownHosts), false
+			return nil, nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("an SSH repository needs spec.secretRef: a Secret with the keys %q and %q", v1alpha1.SecretKeyIdentity, v1alpha1.SecretKeyKnownHosts), false
 		}
 	} else if u, err := url.Parse(p.Spec.URL); err != nil || u.User != nil {
-		return nil, v1alpha1.ReasonInvalidSpec, "spec.url must be a plain repository URL without user or password; put credentials in the Secret named by spec.secretRef", false
+		return nil, nil, v1alpha1.ReasonInvalidSpec, "spec.url must be a plain repository URL without user or password; put credentials in the Secret named by spec.secretRef", false
 	}
 	// The CRD schema refuses these, but objects stored before that rule existed, or served by
 	// an apiserver without CEL, may still carry them.
 	if w := p.GetCommitWindow(); w <= 0 || w > maxCommitWindow {
-		return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.commitWindow %s must be above 0s and at most %s", w, maxCommitWindow), false
+		return nil, nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.commitWindow %s must be above 0s and at most %s", w, maxCommitWindow), false
 	}
 	if f := p.GetFetchInterval(); f != 0 && (f < minFetchInterval || f > maxFetchInterval) {
-		return nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.fetchInterval %s must be 0s, or at least %s and at most %s", f, minFetchInterval, maxFetchInterval), false
+		return nil, nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.fetchInterval %s must be 0s, or at least %s and at most %s", f, minFetchInterval, maxFetchInterval), false
 	}
 	creds, reason, msg, retry := c.providerCredentials(ctx, p)
 	if reason != "" {
-		return nil, reason, msg, retry
+		return nil, nil, reason, msg, retry
 	}
-	signer, msg, retry := c.providerSigner(ctx, p)
+	signer, msg, retry = c.providerSigner(ctx, p)
 	if msg != "" {
-		return nil, v1alpha1.ReasonSigningKeyInvalid, msg, retry
+		return nil, nil, v1alpha1.ReasonSigningKeyInvalid, msg, retry
 	}
 	committer := p.GetCommitter()
 	remote = &git.Remote{
@@ -114,21 +116,21 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	defer cancel()
 	if err := c.opts.ProbeRemote(pctx, p.Spec.URL, creds); err != nil {
 		if errors.Is(err, git.ErrHostKey) {
-			return nil, v1alpha1.ReasonHostKeyRejected, fmt.Sprintf("the SSH host key is not trusted (known_hosts of Secret %q): %v", p.Spec.SecretRef.Name, err), false
+			return nil, signer, v1alpha1.ReasonHostKeyRejected, fmt.Sprintf("the SSH host key is not trusted (known_hosts of Secret %q): %v", p.Spec.SecretRef.Name, err), false
 		}
 		if errors.Is(err, git.ErrAuthentication) {
 			if p.Spec.SecretRef == nil {
-				return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused anonymous access (set spec.secretRef): %v", err), false
+				return nil, signer, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused anonymous access (set spec.secretRef): %v", err), false
 			}
-			return nil, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused the credentials of Secret %q: %v", p.Spec.SecretRef.Name, err), false
+			return nil, signer, v1alpha1.ReasonAuthenticationFailed, fmt.Sprintf("the repository refused the credentials of Secret %q: %v", p.Spec.SecretRef.Name, err), false
 		}
-		return nil, v1alpha1.ReasonRemoteUnreachable, err.Error(), true
+		return nil, signer, v1alpha1.ReasonRemoteUnreachable, err.Error(), true
 	}
 	msg = fmt.Sprintf("repository %s is reachable", p.Spec.URL)
 	if signer != nil {
 		msg += "; commits are signed with " + signer.Key()
 	}
-	return remote, v1alpha1.ReasonReady, msg, false
+	return remote, signer, v1alpha1.ReasonReady, msg, false
 }
 
 // providerSigner reads the provider's signing key (nil without spec.signing). The key stays in
@@ -160,10 +162,10 @@ func (c *Controller) providerSigner(ctx context.Context, p *v1alpha1.GitProvider
 // holdUnsigned keeps a provider that must sign from pushing unsigned commits when its check
 // failed (for whatever reason: the signing key, the credentials, the remote) and the last
 // settings that worked sign nothing, or refuse to: their signer becomes the spec's key when
-// that key signs, else one that refuses, so the workers hold their commits (LastError says why)
+// that key signs (signer, when the check read it already), else one that refuses, so the workers hold their commits (LastError says why)
 // until a key can sign. Settings that worked with a key keep it. It reports whether the
 // commits are held.
-func (c *Controller) holdUnsigned(ctx context.Context, p *v1alpha1.GitProvider, reason, msg string) bool {
+func (c *Controller) holdUnsigned(ctx context.Context, p *v1alpha1.GitProvider, signer git.Signer, reason, msg string) bool {
 	name := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	c.mu.RLock()
 	r, ok := c.providers[name]
@@ -171,9 +173,8 @@ func (c *Controller) holdUnsigned(ctx context.Context, p *v1alpha1.GitProvider, 
 	if !ok || (r.Signer != nil && !git.Refuses(r.Signer)) {
 		return false
 	}
-	var signer git.Signer
-	if reason != v1alpha1.ReasonSigningKeyInvalid {
-		signer, msg, _ = c.providerSigner(ctx, p)
+	if signer == nil && reason != v1alpha1.ReasonSigningKeyInvalid {
+		signer, msg, _ = c.providerSigner(ctx, p) // the check failed before it read the key
 	}
 	held := false
 	if signer == nil {
@@ -266,7 +267,7 @@ func (c *Controller) providerHolds(name types.NamespacedName) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	r, ok := c.providers[name]
-	return ok && r.Signer != nil && git.Refuses(r.Signer)
+	return ok && git.Refuses(r.Signer)
 }
 
 // providerRemote is the last settings of a provider that worked.

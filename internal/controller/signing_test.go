@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/git"
@@ -199,4 +201,37 @@ func TestASecretChangeEnqueuesWhatReadsIt(t *testing.T) {
 		f.c.enqueueTargetsOfSecret(nn(secret))
 		require.ElementsMatch(t, want, drain(), "Secret %q", secret)
 	}
+}
+
+// A check that read the signing key and then failed at the remote hands that key on: the
+// settings kept sign with it, and the signing Secret is read once per check.
+func TestAFailedCheckReadsTheSigningKeyOnce(t *testing.T) {
+	key, _ := gittest.NewSSHKey(t)
+	f := newFixture(t, fixtureConfig{
+		objects: []runtime.Object{newProvider("git", remoteURL)},
+		secrets: []runtime.Object{
+			newSecret("creds", map[string]string{"password": testPassword}),
+			newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}),
+		},
+	})
+	require.NoError(t, f.syncProvider("git"))
+	p := f.provider("git")
+	withSigning("sign")(&p)
+	_, err := f.dyn.Resource(v1alpha1.GitProvidersResource).Namespace(testNS).Update(context.Background(), toUnstructured(t, &p), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.probe.setErr(errors.New("listing " + remoteURL + ": 503 Service Unavailable"))
+	f.kube.ClearActions()
+	require.Error(t, f.syncProvider("git"))
+	reads := 0
+	for _, a := range f.kube.Actions() {
+		if g, ok := a.(k8stesting.GetAction); ok && a.GetResource().Resource == "secrets" && g.GetName() == "sign" {
+			reads++
+		}
+	}
+	require.Equal(t, 1, reads, "the signing Secret is read once per check")
+	f.c.mu.RLock()
+	s := f.c.providers[nn("git")].Signer
+	f.c.mu.RUnlock()
+	require.NotNil(t, s)
+	require.False(t, git.Refuses(s))
 }
