@@ -1,6 +1,7 @@
 package git
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/url"
@@ -417,21 +418,14 @@ func (w *Worker) SetSigner(s Signer) {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	w.log.Info("commit signing key replaced; unpushed commits are built again with it", "from", signerLabel(before), "to", signerLabel(s))
+	w.log.Info("commit signing key replaced; unpushed commits are built again with it",
+		"from", cmp.Or(signerKey(before), "none (unsigned)"), "to", cmp.Or(signerKey(s), "none (unsigned)"))
 }
 
 func (w *Worker) currentSigner() Signer {
 	w.credsMu.RLock()
 	defer w.credsMu.RUnlock()
 	return w.signer
-}
-
-// signerLabel names s for logs.
-func signerLabel(s Signer) string {
-	if s == nil {
-		return "none (unsigned)"
-	}
-	return s.Key()
 }
 
 // Remote reports the settings the worker runs with; Provider is left empty.
