@@ -202,17 +202,12 @@ func TestSyncProviderLosesReadiness(t *testing.T) {
 		defer f.c.mu.RUnlock()
 		return f.c.providerReady[nn("git")]
 	}
-	settings := func() *git.Remote {
-		f.c.mu.RLock()
-		defer f.c.mu.RUnlock()
-		return f.c.providers[nn("git")]
-	}
 
 	require.NoError(t, f.syncProvider("git"))
 	p := f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	require.True(t, ready())
-	worked := settings()
+	worked := f.settings("git")
 	require.NotNil(t, worked)
 
 	// The Secret is deleted: read with a GET on each sync, so the next sync notices.
@@ -222,7 +217,7 @@ func TestSyncProviderLosesReadiness(t *testing.T) {
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound,
 		"last settings that worked")
 	require.False(t, ready())
-	require.Same(t, worked, settings(), "the last settings that worked are kept")
+	require.Same(t, worked, f.settings("git"), "the last settings that worked are kept")
 
 	// Restored, then the remote goes away.
 	_, err := f.kube.CoreV1().Secrets(testNS).Create(context.Background(), newSecret("creds", map[string]string{"password": testPassword}), metav1.CreateOptions{})
@@ -234,7 +229,7 @@ func TestSyncProviderLosesReadiness(t *testing.T) {
 	p = f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonRemoteUnreachable, "503")
 	require.False(t, ready())
-	require.NotNil(t, settings())
+	require.NotNil(t, f.settings("git"))
 
 	// The provider is deleted: its settings go, and the sync of a missing object succeeds.
 	require.NoError(t, f.dyn.Resource(v1alpha1.GitProvidersResource).Namespace(testNS).Delete(context.Background(), "git", metav1.DeleteOptions{}))
@@ -245,7 +240,7 @@ func TestSyncProviderLosesReadiness(t *testing.T) {
 	f.probe.setErr(nil)
 	require.NoError(t, f.syncProvider("git"))
 	require.False(t, ready())
-	require.Nil(t, settings())
+	require.Nil(t, f.settings("git"))
 }
 
 // TestSyncProviderRejectsUnparsableCABundle: the API documents SecretInvalid for "an unparsable

@@ -544,6 +544,14 @@ func (f *fixture) getObject(gvr schema.GroupVersionResource, name string, out ru
 	require.NoError(f.t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out))
 }
 
+// settings are the last settings of provider name that worked, as the controller keeps them
+// (nil for none).
+func (f *fixture) settings(name string) *git.Remote {
+	f.c.mu.RLock()
+	defer f.c.mu.RUnlock()
+	return f.c.providers[nn(name)]
+}
+
 func (f *fixture) provider(name string) v1alpha1.GitProvider {
 	f.t.Helper()
 	var p v1alpha1.GitProvider

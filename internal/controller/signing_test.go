@@ -38,11 +38,6 @@ func TestSyncProviderSigningKey(t *testing.T) {
 			newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}),
 		},
 	})
-	settings := func() *git.Remote {
-		f.c.mu.RLock()
-		defer f.c.mu.RUnlock()
-		return f.c.providers[nn("git")]
-	}
 	secrets := f.kube.CoreV1().Secrets(testNS)
 	ctx := context.Background()
 
@@ -50,7 +45,7 @@ func TestSyncProviderSigningKey(t *testing.T) {
 	p := f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady,
 		"commits are signed with SSH ssh-ed25519 key SHA256:")
-	first := settings().Signer
+	first := f.settings("git").Signer
 	require.NotNil(t, first)
 
 	// Rotated: the next sync signs with the new key.
@@ -58,7 +53,7 @@ func TestSyncProviderSigningKey(t *testing.T) {
 	_, err := secrets.Update(ctx, newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key2)}), metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, f.syncProvider("git"))
-	second := settings().Signer
+	second := f.settings("git").Signer
 	require.NotEqual(t, first.Key(), second.Key())
 
 	// A public key where the private key belongs: not Ready, the last key that signed is kept.
@@ -70,7 +65,7 @@ func TestSyncProviderSigningKey(t *testing.T) {
 	cond := requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSigningKeyInvalid,
 		`signing Secret "sign": the signing key is a public key`, "last settings that worked")
 	require.NotContains(t, cond.Message, strings.Fields(pub)[1])
-	require.Equal(t, second.Key(), settings().Signer.Key())
+	require.Equal(t, second.Key(), f.settings("git").Signer.Key())
 
 	// The Secret is deleted: retried, still the last key.
 	require.NoError(t, secrets.Delete(ctx, "sign", metav1.DeleteOptions{}))
@@ -78,7 +73,7 @@ func TestSyncProviderSigningKey(t *testing.T) {
 	p = f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSigningKeyInvalid,
 		`signing Secret "sign" not found`)
-	require.Equal(t, second.Key(), settings().Signer.Key())
+	require.Equal(t, second.Key(), f.settings("git").Signer.Key())
 }
 
 // Signing turned on for a provider that pushed unsigned commits, with a key that cannot sign:
@@ -92,13 +87,8 @@ func TestSyncProviderHoldsCommitsWhenSigningCannotStart(t *testing.T) {
 			newSecret("sign", map[string]string{"wrong-key-name": "x"}),
 		},
 	})
-	settings := func() *git.Remote {
-		f.c.mu.RLock()
-		defer f.c.mu.RUnlock()
-		return f.c.providers[nn("git")]
-	}
 	require.NoError(t, f.syncProvider("git"))
-	require.Nil(t, settings().Signer, "unsigned before signing is configured")
+	require.Nil(t, f.settings("git").Signer, "unsigned before signing is configured")
 
 	p := f.provider("git")
 	withSigning("sign")(&p)
@@ -108,7 +98,7 @@ func TestSyncProviderHoldsCommitsWhenSigningCannotStart(t *testing.T) {
 	p = f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSigningKeyInvalid,
 		`signing Secret "sign" has no "signing.key" key`, "commits are held until a key can sign them: nothing is pushed unsigned")
-	s := settings().Signer
+	s := f.settings("git").Signer
 	require.NotNil(t, s)
 	require.True(t, git.Refuses(s))
 	_, err = s.Sign([]byte("x"))
@@ -118,7 +108,7 @@ func TestSyncProviderHoldsCommitsWhenSigningCannotStart(t *testing.T) {
 	_, err = f.kube.CoreV1().Secrets(testNS).Update(context.Background(), newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}), metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, f.syncProvider("git"))
-	require.False(t, git.Refuses(settings().Signer))
+	require.False(t, git.Refuses(f.settings("git").Signer))
 }
 
 // Signing turned on while the rest of the check fails (here the credentials Secret is gone):
@@ -133,14 +123,9 @@ func TestSyncProviderSignsOrHoldsWhenTheCheckFailsForAnotherReason(t *testing.T)
 			newSecret("sign", map[string]string{v1alpha1.SecretKeySigningKey: string(key)}),
 		},
 	})
-	settings := func() *git.Remote {
-		f.c.mu.RLock()
-		defer f.c.mu.RUnlock()
-		return f.c.providers[nn("git")]
-	}
 	ctx := context.Background()
 	require.NoError(t, f.syncProvider("git"))
-	require.Nil(t, settings().Signer)
+	require.Nil(t, f.settings("git").Signer)
 
 	p := f.provider("git")
 	withSigning("sign")(&p)
@@ -151,7 +136,7 @@ func TestSyncProviderSignsOrHoldsWhenTheCheckFailsForAnotherReason(t *testing.T)
 	p = f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound,
 		"last settings that worked")
-	s := settings().Signer
+	s := f.settings("git").Signer
 	require.NotNil(t, s)
 	require.False(t, git.Refuses(s), "the spec's key signs what the last settings push")
 	require.Contains(t, s.Key(), "SSH ssh-ed25519 key")
@@ -168,7 +153,7 @@ func TestSyncProviderSignsOrHoldsWhenTheCheckFailsForAnotherReason(t *testing.T)
 	p = f.provider("git")
 	requireReady(t, p.Status.Conditions, p.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSecretNotFound,
 		"nothing is pushed unsigned")
-	require.True(t, git.Refuses(settings().Signer))
+	require.True(t, git.Refuses(f.settings("git").Signer))
 }
 
 // A changed Secret enqueues the GitProviders whose credentials or signing key it holds and the
@@ -229,9 +214,7 @@ func TestAFailedCheckReadsTheSigningKeyOnce(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, reads, "the signing Secret is read once per check")
-	f.c.mu.RLock()
-	s := f.c.providers[nn("git")].Signer
-	f.c.mu.RUnlock()
+	s := f.settings("git").Signer
 	require.NotNil(t, s)
 	require.False(t, git.Refuses(s))
 }

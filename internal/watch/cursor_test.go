@@ -134,15 +134,7 @@ func TestFreshTargetSnapshotAndSweep(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("a", "1", map[string]any{"a": "1"}), configMap("b", "2", map[string]any{"b": "1"}))
-	changes := make(chan Change, 16)
-	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }, Cursors: &fakeCursors{}})
-	require.NoError(t, err)
-	m, err := reg.AddCluster("local", client, fakeDiscovery())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reg.Start(ctx)
-	defer reg.Stop()
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: &fakeCursors{}})
 	m.Set("demo/rule", "", []StreamSpec{{Target: types.NamespacedName{Namespace: "demo", Name: "t"}, GVR: configMaps, Namespace: "demo"}})
 
 	got, sweep := collectUntilSweep(t, changes)

@@ -35,19 +35,11 @@ func renderData(u *unstructured.Unstructured) ([]byte, error) {
 }
 
 func TestStreamEmitsSnapshotChangesAndDedups(t *testing.T) {
-	scheme := runtime.NewScheme()
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("existing", "1", map[string]any{"a": "1"}))
-
-	changes := make(chan Change, 16)
-	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }})
-	require.NoError(t, err)
-	m, err := reg.AddCluster("local", client, fakeDiscovery())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reg.Start(ctx)
+	m, changes := startCluster(t, client, RegistryOptions{})
+	ctx := context.Background()
 	target := types.NamespacedName{Namespace: "demo", Name: "target"}
 	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Operations: []Op{OpCreate, OpUpdate}}})
 
@@ -60,7 +52,7 @@ func TestStreamEmitsSnapshotChangesAndDedups(t *testing.T) {
 	require.Eventually(t, func() bool { ok, _ := m.Status("demo/rule"); return ok }, 5*time.Second, 10*time.Millisecond)
 
 	cms := client.Resource(configMaps).Namespace("demo")
-	_, err = cms.Create(ctx, configMap("new", "2", map[string]any{"b": "2"}), metav1.CreateOptions{})
+	_, err := cms.Create(ctx, configMap("new", "2", map[string]any{"b": "2"}), metav1.CreateOptions{})
 	require.NoError(t, err)
 	created := next()
 	require.Equal(t, OpCreate, created.Op)
@@ -93,7 +85,6 @@ func TestStreamEmitsSnapshotChangesAndDedups(t *testing.T) {
 
 	m.Remove("demo/rule")
 	m.Remove("demo/other")
-	reg.Stop()
 }
 
 // TestTargetsShareOneInformer: two targets selecting one resource in one namespace share one
@@ -263,15 +254,7 @@ func TestFollowingRecordsADestinationWithoutStreams(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("existing", "1", map[string]any{"a": "1"}))
-	changes := make(chan Change, 16)
-	reg, err := NewRegistry(RegistryOptions{Render: renderData, Emit: func(c Change) { changes <- c }})
-	require.NoError(t, err)
-	m, err := reg.AddCluster("local", client, fakeDiscovery())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reg.Start(ctx)
-	defer reg.Stop()
+	m, changes := startCluster(t, client, RegistryOptions{})
 	target := types.NamespacedName{Namespace: "demo", Name: "target"}
 
 	_, ok := m.Following("demo/rule")

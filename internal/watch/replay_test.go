@@ -79,13 +79,8 @@ func TestReplayStart(t *testing.T) {
 // held back beyond the replay's end, then the sweep; an object the replay deleted is not
 // deleted a second time.
 func TestHandOverAfterReplay(t *testing.T) {
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
 	var got []Change
-	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"},
-		emit: func(c Change) { got = append(got, c) }, subs: map[types.NamespacedName]*subscription{},
-		versions: map[types.UID]string{}, held: map[types.UID]string{}, compactor: &compactor{}}
-	s.informer = newCompactInformer(client, configMaps, "demo", s.compactor)
+	s := handOverInformer(func(c Change) { got = append(got, c) })
 	obj := func(name, rv string) *compactObject {
 		return &compactObject{Name: name, Namespace: "demo", UID: types.UID("uid-" + name), ResourceVersion: rv, manifest: name + "@" + rv}
 	}
@@ -208,13 +203,8 @@ func TestAStreamsFirstEventStartsItsTrail(t *testing.T) {
 // pushed. The old object's replayed delete is not the file's: it must not remove the new
 // object's file (which the state handed over after would then restore, by the committer).
 func TestReplayedDeleteOfAnEarlierObjectKeepsTheNewOnesFile(t *testing.T) {
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
 	var got []Change
-	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"},
-		emit: func(c Change) { got = append(got, c) }, subs: map[types.NamespacedName]*subscription{},
-		versions: map[types.UID]string{}, held: map[types.UID]string{}, compactor: &compactor{}}
-	s.informer = newCompactInformer(client, configMaps, "demo", s.compactor)
+	s := handOverInformer(func(c Change) { got = append(got, c) })
 	obj := func(uid, rv string) *compactObject {
 		return &compactObject{Name: "a", Namespace: "demo", UID: types.UID(uid), ResourceVersion: rv, manifest: uid + "@" + rv}
 	}
@@ -237,4 +227,17 @@ func TestReplayedDeleteOfAnEarlierObjectKeepsTheNewOnesFile(t *testing.T) {
 			require.True(t, c.Unchanged, "the new object is as pushed: %+v", c)
 		}
 	}
+}
+
+// handOverInformer is an informer of ConfigMaps in namespace demo that is never run: a test
+// fills its store and hands a subscription over (handOverAfterReplayLocked); emit gets the
+// changes.
+func handOverInformer(emit func(Change)) *sharedInformer {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
+	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"},
+		emit: emit, subs: map[types.NamespacedName]*subscription{},
+		versions: map[types.UID]string{}, held: map[types.UID]string{}, compactor: &compactor{}}
+	s.informer = newCompactInformer(client, configMaps, "demo", s.compactor)
+	return s
 }

@@ -49,10 +49,12 @@ func signedMirror(t *testing.T, ns string, key []byte) *mirror {
 	return m
 }
 
-// kubescribeCommits lists the commits of main kubescribe made (its committer email), newest
-// first, and the others.
-func (m *mirror) kubescribeCommits(t *testing.T) (ours, others []string) {
+// requireSignedByKubescribe checks every commit of main with v: each commit kubescribe made (its
+// committer email) verifies, with good in git's output, and there are at least two; the only
+// other commit is foreign, whose check fails.
+func (m *mirror) requireSignedByKubescribe(t *testing.T, v gittest.Verifier, foreign, good string) {
 	t.Helper()
+	var ours, others []string
 	for _, line := range strings.Split(m.git(t, "log", "--format=%H %ce", "main"), "\n") {
 		sha, email, _ := strings.Cut(line, " ")
 		if email == v1alpha1.DefaultCommitterEmail {
@@ -61,7 +63,15 @@ func (m *mirror) kubescribeCommits(t *testing.T) (ours, others []string) {
 			others = append(others, sha)
 		}
 	}
-	return ours, others
+	require.Equal(t, []string{foreign}, others)
+	require.GreaterOrEqual(t, len(ours), 2)
+	for _, sha := range ours {
+		out, err := v.Verify(m.repoDir, sha)
+		require.NoError(t, err, "git verify-commit %s: %s", sha, out)
+		require.Contains(t, out, good)
+	}
+	_, err := v.Verify(m.repoDir, foreign)
+	require.Error(t, err, "carol's commit is not signed")
 }
 
 // alice writes while someone else pushes to the branch: the commit she waits for is built
@@ -95,16 +105,7 @@ func TestCommitsSignedWithAnSSHKey(t *testing.T) {
 	m := signedMirror(t, "e2e-sign-ssh", key)
 	foreign := writeAroundAForeignPush(t, m)
 	first := gittest.SSHVerifier(t, v1alpha1.DefaultCommitterEmail, signer.PublicKey())
-	ours, others := m.kubescribeCommits(t)
-	require.Equal(t, []string{foreign}, others)
-	require.GreaterOrEqual(t, len(ours), 2)
-	for _, sha := range ours {
-		out, err := first.Verify(m.repoDir, sha)
-		require.NoError(t, err, "git verify-commit %s: %s", sha, out)
-		require.Contains(t, out, `Good "git" signature for `+v1alpha1.DefaultCommitterEmail)
-	}
-	_, err := first.Verify(m.repoDir, foreign)
-	require.Error(t, err, "carol's commit is not signed")
+	m.requireSignedByKubescribe(t, first, foreign, `Good "git" signature for `+v1alpha1.DefaultCommitterEmail)
 
 	// Rotation: the Secret gets a new key; the next commits are signed with it.
 	admin, err := kubernetes.NewForConfig(env.AdminConfig)
@@ -152,17 +153,7 @@ func TestCommitsSignedWithAnOpenPGPKey(t *testing.T) {
 	secret, public := gittest.NewOpenPGPKey(t, "kubescribe", v1alpha1.DefaultCommitterEmail, "")
 	m := signedMirror(t, "e2e-sign-pgp", secret)
 	foreign := writeAroundAForeignPush(t, m)
-	v := gittest.OpenPGPVerifier(t, public)
-	ours, others := m.kubescribeCommits(t)
-	require.Equal(t, []string{foreign}, others)
-	require.GreaterOrEqual(t, len(ours), 2)
-	for _, sha := range ours {
-		out, err := v.Verify(m.repoDir, sha)
-		require.NoError(t, err, "git verify-commit %s: %s", sha, out)
-		require.Contains(t, out, "GOODSIG")
-	}
-	_, err := v.Verify(m.repoDir, foreign)
-	require.Error(t, err, "carol's commit is not signed")
+	m.requireSignedByKubescribe(t, gittest.OpenPGPVerifier(t, public), foreign, "GOODSIG")
 }
 
 // Signing turned on with a key kubescribe cannot read: the provider is Ready=False naming the
