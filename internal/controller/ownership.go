@@ -168,23 +168,17 @@ func (c *Controller) acquire(t *v1alpha1.GitTarget) {
 	superseded := c.opts.Router.LastSuperseded(types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}, t.Spec.Branch)
 	c.mu.Lock()
 	_, had := c.owned[k]
-	_, released := c.releasedHere[name]
-	delete(c.releasedHere, name)
 	switch {
 	case superseded.After(c.supersedeSeen[k]):
 		c.supersedeSeen[k] = superseded
-		c.retakeLocked(k)
-	case released && !had:
-		// Written here, let go, and written here again: whoever wrote it in between (another
-		// replica, or nobody while this one's view flipped) handed it back dropping the
-		// changes still waiting for their authors, and so did this replica when it let go.
-		// Its streams replay, those that kept running (below) and those subscribed anew.
 		c.retakeLocked(k)
 	case !had:
 		c.resumableLocked(k) // decided now if no stream asked yet
 	}
 	c.owned[k] = struct{}{}
 	n := len(c.owned)
+	_, released := c.releasedHere[name]
+	delete(c.releasedHere, name)
 	resume := released
 	if d := c.resumes[k]; d != nil && d.superseded && !d.resumed[name] && time.Now().Before(d.until) {
 		d.resumed[name], resume = true, true
@@ -229,10 +223,8 @@ func (c *Controller) release(t *v1alpha1.GitTarget) {
 	_, had := c.owned[k]
 	delete(c.owned, k)
 	delete(c.resumes, k)
+	c.releasedHere[name] = struct{}{}
 	n := len(c.owned)
-	if had {
-		c.releasedHere[name] = struct{}{} // written here until now
-	}
 	c.mu.Unlock()
 	if !had {
 		return

@@ -189,32 +189,3 @@ func TestResumableAfterARetake(t *testing.T) {
 	require.True(t, c.resumableStreamLocked("ns/p:b", cm))
 	require.False(t, c.resumableStreamLocked("ns/p:b", cm), "once per stream")
 }
-
-// A branch this replica wrote, let go and writes again replays its streams, the ones subscribed
-// anew included: whoever wrote it in between (another replica, or nobody while this replica's
-// view flipped) dropped the changes still waiting for their authors, and so did this replica
-// when it let go. A target released here without ever being written here replays nothing on
-// its first acquire: a live replica that hands a branch over pushes what it holds.
-func TestStreamsReplayWhenABranchIsWrittenHereAgain(t *testing.T) {
-	o := newFakeOwnership(false)
-	f := newFixture(t, fixtureConfig{ownership: o, objects: []runtime.Object{
-		newProvider("git", bareRepo), newTarget("web", "git", "main", ""), newTarget("api", "git", "other", ""),
-	}})
-	web, api := f.target("web"), f.target("api")
-	cm := watch.StreamID{Cluster: "local", Target: nn("web"), Namespace: testNS}
-	o.handedOver[branchKey(&web)] = true // every view change here is a live replica's handover
-	o.handedOver[branchKey(&api)] = true
-
-	f.c.acquire(&web)
-	f.c.release(&web)
-	f.c.acquire(&web)
-	f.c.mu.Lock()
-	require.True(t, f.c.resumableStreamLocked(branchKey(&web), cm), "written here, let go, written again")
-	f.c.mu.Unlock()
-
-	f.c.release(&api) // another replica writes it: never written here
-	f.c.acquire(&api)
-	f.c.mu.Lock()
-	require.False(t, f.c.resumableStreamLocked(branchKey(&api), watch.StreamID{Cluster: "local", Target: nn("api"), Namespace: testNS}))
-	f.c.mu.Unlock()
-}
