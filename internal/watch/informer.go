@@ -522,23 +522,9 @@ func (s *sharedInformer) status(target types.NamespacedName) (synced bool, err e
 // advanceLocked records that the handler has seen u's version: every subscriber not replaying
 // has been handed every event up to the newest such version (handled).
 func (s *sharedInformer) advanceLocked(u *compactObject) {
-	rv, ok := parseRV(u.GetResourceVersion())
-	if !ok || rv <= s.handled {
-		return
+	if rv, ok := parseRV(u.GetResourceVersion()); ok && rv > s.handled {
+		s.handled = rv
 	}
-	if s.handled == 0 {
-		// The first object of an informer that listed none: a stream synced on it has no
-		// trail point (its sync had no version to record), so a successor could replay
-		// nothing before the first point a tick records, 2s into its events. It has been
-		// handed every event before this one: that is its first point.
-		now := time.Now().UnixMilli()
-		for _, sub := range s.subs {
-			if sub.synced && !sub.replaying {
-				sub.advanceTrail(now, rv-1)
-			}
-		}
-	}
-	s.handled = rv
 }
 
 // terminating reports whether a compact object carries a deletionTimestamp.

@@ -177,28 +177,6 @@ func TestOnlyASubscriptionReplays(t *testing.T) {
 	require.True(t, replaying, "a resumed subscription replays first")
 }
 
-// A stream synced on an informer that listed nothing has no trail point until its first
-// event; that event records the point just before it, so a successor's replay covers the
-// stream's first events too (a tick records its next point only later).
-func TestAStreamsFirstEventStartsItsTrail(t *testing.T) {
-	s := &sharedInformer{subs: map[types.NamespacedName]*subscription{}}
-	synced := &subscription{synced: true}
-	listing := &subscription{}
-	s.subs[types.NamespacedName{Name: "synced"}] = synced
-	s.subs[types.NamespacedName{Name: "listing"}] = listing
-	obj := func(rv string) *compactObject { return &compactObject{Name: "x", ResourceVersion: rv} }
-
-	s.advanceLocked(obj("41"))
-	require.Len(t, synced.trail, 1)
-	require.Equal(t, uint64(40), synced.trail[0].RV, "handed every event before the first")
-	require.True(t, synced.trailDirty)
-	require.Empty(t, listing.trail, "a stream not synced yet records nothing")
-
-	s.advanceLocked(obj("45"))
-	require.Len(t, synced.trail, 1, "later points come from the ticks (recordTrails)")
-	require.Equal(t, uint64(45), s.handled)
-}
-
 // A name deleted and created again within the replayed span: the cursor holds the new object,
 // pushed. The old object's replayed delete is not the file's: it must not remove the new
 // object's file (which the state handed over after would then restore, by the committer).
