@@ -122,30 +122,49 @@ func (s *CursorStore) Load(ctx context.Context, id StreamID) (Cursor, error) {
 	return c, nil
 }
 
-// setIfExists sets a hash's field only if the hash exists.
-const setIfExists = `if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0`
+// setIfExists sets a hash's field only if the hash exists; it returns 0 when it does not.
+const setIfExists = `if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0`
 
 // SaveTrails records streams' trails, in one pipelined round trip. A trail is written only to
 // a cursor that exists (its stream was handed its initial state), so that it never revives one
-// DropDestination or DropTarget removed.
-func (s *CursorStore) SaveTrails(ctx context.Context, trails map[StreamID][]TrailPoint) error {
+// DropDestination or DropTarget removed; it returns the streams whose cursor did not exist.
+func (s *CursorStore) SaveTrails(ctx context.Context, trails map[StreamID][]TrailPoint) ([]StreamID, error) {
 	pipe := s.rdb.Pipeline()
+	ids := make([]StreamID, 0, len(trails))
+	cmds := make([]*redis.Cmd, 0, len(trails))
 	for id, t := range trails {
 		b, err := json.Marshal(t)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		pipe.Eval(ctx, setIfExists, []string{s.key(id)}, trailField, string(b))
+		ids = append(ids, id)
+		cmds = append(cmds, pipe.Eval(ctx, setIfExists, []string{s.key(id)}, trailField, string(b)))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("recording %d streams' positions: %w", len(trails), err)
+		return nil, fmt.Errorf("recording %d streams' positions: %w", len(trails), err)
 	}
-	return nil
+	var missing []StreamID
+	for i, cmd := range cmds {
+		if n, err := cmd.Int(); err == nil && n == 0 {
+			missing = append(missing, ids[i])
+		}
+	}
+	return missing, nil
 }
 
-// MarkKnown records that a stream's cursor exists, even while it holds no object.
-func (s *CursorStore) MarkKnown(ctx context.Context, id StreamID) error {
-	return s.rdb.HSet(ctx, s.key(id), cursorInitField, "1").Err()
+// MarkKnown records that a stream's cursor exists, even while it holds no object, with the
+// stream's trail so far (none when trail is empty): the position its initial state was handed
+// at is recorded before any change after it can be pushed.
+func (s *CursorStore) MarkKnown(ctx context.Context, id StreamID, trail []TrailPoint) error {
+	values := []any{cursorInitField, "1"}
+	if len(trail) > 0 {
+		b, err := json.Marshal(trail)
+		if err != nil {
+			return err
+		}
+		values = append(values, trailField, string(b))
+	}
+	return s.rdb.HSet(ctx, s.key(id), values...).Err()
 }
 
 // Advance records pushed changes in their streams' cursors: a created or updated object with

@@ -23,6 +23,7 @@ type fakeCursors struct {
 	mu      sync.Mutex
 	cursors map[StreamID]Cursor
 	marked  []StreamID
+	saves   int // SaveTrails calls
 }
 
 func (f *fakeCursors) Load(_ context.Context, id StreamID) (Cursor, error) {
@@ -31,22 +32,50 @@ func (f *fakeCursors) Load(_ context.Context, id StreamID) (Cursor, error) {
 	return f.cursors[id], nil
 }
 
-func (f *fakeCursors) MarkKnown(_ context.Context, id StreamID) error {
+func (f *fakeCursors) MarkKnown(_ context.Context, id StreamID, trail []TrailPoint) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.marked = append(f.marked, id)
+	if f.cursors == nil {
+		f.cursors = map[StreamID]Cursor{}
+	}
+	c := f.cursors[id]
+	c.Known = true
+	if len(trail) > 0 {
+		c.Trail = trail
+	}
+	f.cursors[id] = c
 	return nil
 }
 
-func (f *fakeCursors) SaveTrails(_ context.Context, trails map[StreamID][]TrailPoint) error {
+func (f *fakeCursors) SaveTrails(_ context.Context, trails map[StreamID][]TrailPoint) ([]StreamID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.saves++
+	var missing []StreamID
 	for id, t := range trails {
-		c := f.cursors[id]
+		c, ok := f.cursors[id]
+		if !ok || !c.Known {
+			missing = append(missing, id)
+			continue
+		}
 		c.Trail = t
 		f.cursors[id] = c
 	}
-	return nil
+	return missing, nil
+}
+
+func (f *fakeCursors) saveCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.saves
+}
+
+// trail returns the trail recorded for id.
+func (f *fakeCursors) trail(id StreamID) []TrailPoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]TrailPoint(nil), f.cursors[id].Trail...)
 }
 
 func (f *fakeCursors) markedIDs() []StreamID {
@@ -158,7 +187,7 @@ func TestCursorStoreRoundTrip(t *testing.T) {
 	c, err := s.Load(ctx, id)
 	require.NoError(t, err)
 	require.False(t, c.Known)
-	require.NoError(t, s.MarkKnown(ctx, id))
+	require.NoError(t, s.MarkKnown(ctx, id, nil))
 	c, err = s.Load(ctx, id)
 	require.NoError(t, err)
 	require.True(t, c.Known)
@@ -201,14 +230,22 @@ func TestCursorStoreTrails(t *testing.T) {
 	id := StreamID{Cluster: "local", Target: types.NamespacedName{Namespace: "team-a", Name: "web"}, Destination: "main:apps", GVR: configMaps, Namespace: "demo"}
 	trail := []TrailPoint{{At: 1000, RV: 10}, {At: 3000, RV: 42}}
 
-	require.NoError(t, s.SaveTrails(ctx, map[StreamID][]TrailPoint{id: trail}))
+	missing, err := s.SaveTrails(ctx, map[StreamID][]TrailPoint{id: trail})
+	require.NoError(t, err)
+	require.Equal(t, []StreamID{id}, missing, "a trail without its cursor is reported unwritten")
 	n, err := rdb.Exists(ctx, s.key(id)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "a trail created a cursor")
 
-	require.NoError(t, s.MarkKnown(ctx, id))
-	require.NoError(t, s.SaveTrails(ctx, map[StreamID][]TrailPoint{id: trail}))
+	require.NoError(t, s.MarkKnown(ctx, id, trail[:1]))
 	c, err := s.Load(ctx, id)
+	require.NoError(t, err)
+	require.True(t, c.Known)
+	require.Equal(t, trail[:1], c.Trail, "marked known with the trail of its initial state")
+	missing, err = s.SaveTrails(ctx, map[StreamID][]TrailPoint{id: trail})
+	require.NoError(t, err)
+	require.Empty(t, missing)
+	c, err = s.Load(ctx, id)
 	require.NoError(t, err)
 	require.True(t, c.Known)
 	require.Equal(t, trail, c.Trail)
@@ -261,7 +298,7 @@ func TestCursorStoreDrops(t *testing.T) {
 	db := types.NamespacedName{Namespace: "team-a", Name: "db"}
 	mark := func(cluster string, target types.NamespacedName, dest string, gvr schema.GroupVersionResource, scope string) StreamID {
 		id := StreamID{Cluster: cluster, Target: target, Destination: dest, GVR: gvr, Namespace: scope}
-		require.NoError(t, s.MarkKnown(ctx, id))
+		require.NoError(t, s.MarkKnown(ctx, id, nil))
 		return id
 	}
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -21,8 +22,8 @@ const cursorTimeout = 5 * time.Second
 // cursorSource reads and marks resume cursors; CursorStore implements it.
 type cursorSource interface {
 	Load(ctx context.Context, id StreamID) (Cursor, error)
-	MarkKnown(ctx context.Context, id StreamID) error
-	SaveTrails(ctx context.Context, trails map[StreamID][]TrailPoint) error
+	MarkKnown(ctx context.Context, id StreamID, trail []TrailPoint) error
+	SaveTrails(ctx context.Context, trails map[StreamID][]TrailPoint) (missing []StreamID, err error)
 }
 
 // informerKey identifies a shared informer within a cluster.
@@ -109,6 +110,8 @@ type sharedInformer struct {
 	// handled is the newest resourceVersion the handler has seen (a number, as etcd's
 	// revisions are; 0 while none was).
 	handled uint64
+	// trailsDue asks recordTrails to record the trails now rather than at its next tick.
+	trailsDue chan struct{}
 
 	// client watches the events a replay needs; ctx ends with the informer. resumable is
 	// RegistryOptions.Resumable.
@@ -129,6 +132,7 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		log:       log.With("resource", key.gvr.String(), "namespace", key.namespace),
 		subs:      map[types.NamespacedName]*subscription{},
 		done:      make(chan struct{}),
+		trailsDue: make(chan struct{}, 1),
 		client:    client,
 		resumable: opts.Resumable,
 
@@ -192,7 +196,7 @@ func (s *sharedInformer) run(parent context.Context) {
 }
 
 // recordTrails records, every trailInterval while events flow, each synced stream's position
-// in its trail (see replay.go).
+// in its trail (see replay.go); and at once when a stream's first point is due (trailsDue).
 func (s *sharedInformer) recordTrails(ctx context.Context) {
 	t := time.NewTicker(trailInterval)
 	defer t.Stop()
@@ -202,9 +206,11 @@ func (s *sharedInformer) recordTrails(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.trailsDue:
 		}
 		s.mu.Lock()
 		var trails map[StreamID][]TrailPoint
+		subs := map[StreamID]*subscription{}
 		now := time.Now().UnixMilli()
 		for _, sub := range s.subs {
 			if !sub.synced || sub.replaying {
@@ -218,19 +224,42 @@ func (s *sharedInformer) recordTrails(ctx context.Context) {
 			if trails == nil {
 				trails = map[StreamID][]TrailPoint{}
 			}
-			trails[s.streamID(sub.target, sub.destination)] = slices.Clone(sub.trail)
+			id := s.streamID(sub.target, sub.destination)
+			trails[id], subs[id] = slices.Clone(sub.trail), sub
 		}
 		s.mu.Unlock()
 		if len(trails) == 0 {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, cursorTimeout)
-		err := s.cursors.SaveTrails(wctx, trails)
+		missing, err := s.cursors.SaveTrails(wctx, trails)
 		cancel()
+		if err != nil {
+			missing = slices.Collect(maps.Keys(trails))
+		}
+		if len(missing) > 0 {
+			// Not recorded (Redis failed, or the cursor is not marked known yet): the whole
+			// trail goes with the next attempt, its oldest point included.
+			s.mu.Lock()
+			for _, id := range missing {
+				if sub := subs[id]; s.subs[id.Target] == sub {
+					sub.trailDirty = true
+				}
+			}
+			s.mu.Unlock()
+		}
 		if err != nil && !failing {
 			s.log.Warn("cannot record the streams' positions; a successor may collapse versions this replica holds unpushed", "err", err)
 		}
 		failing = err != nil
+	}
+}
+
+// recordTrailsSoonLocked has recordTrails record the trails now.
+func (s *sharedInformer) recordTrailsSoonLocked() {
+	select {
+	case s.trailsDue <- struct{}{}:
+	default:
 	}
 }
 
@@ -494,11 +523,13 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 		s.synced(sub.target)
 	}
 	if s.cursors != nil {
-		id := s.streamID(sub.target, sub.destination)
+		// The cursor is marked with the trail so far: a successor's replay starts no later
+		// than this stream's initial state, even if this process dies before its first tick.
+		id, trail := s.streamID(sub.target, sub.destination), slices.Clone(sub.trail)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), cursorTimeout)
 			defer cancel()
-			if err := s.cursors.MarkKnown(ctx, id); err != nil {
+			if err := s.cursors.MarkKnown(ctx, id, trail); err != nil {
 				s.log.Warn("cannot record the resume cursor; the next start sends a full snapshot", "target", id.Target.String(), "err", err)
 			}
 		}()
@@ -522,9 +553,27 @@ func (s *sharedInformer) status(target types.NamespacedName) (synced bool, err e
 // advanceLocked records that the handler has seen u's version: every subscriber not replaying
 // has been handed every event up to the newest such version (handled).
 func (s *sharedInformer) advanceLocked(u *compactObject) {
-	if rv, ok := parseRV(u.GetResourceVersion()); ok && rv > s.handled {
-		s.handled = rv
+	rv, ok := parseRV(u.GetResourceVersion())
+	if !ok || rv <= s.handled {
+		return
 	}
+	if s.handled == 0 {
+		// The first object of an informer that listed none: a stream synced on it has no
+		// trail point (its sync had no version to record). It has been handed every event
+		// before this one: that is its first point, recorded at once, not at the next tick.
+		now := time.Now().UnixMilli()
+		due := false
+		for _, sub := range s.subs {
+			if sub.synced && !sub.replaying {
+				sub.advanceTrail(now, rv-1)
+				due = true
+			}
+		}
+		if due {
+			s.recordTrailsSoonLocked()
+		}
+	}
+	s.handled = rv
 }
 
 // terminating reports whether a compact object carries a deletionTimestamp.

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -218,4 +220,99 @@ func handOverInformer(emit func(Change)) *sharedInformer {
 		versions: map[types.UID]string{}, held: map[types.UID]string{}, compactor: &compactor{}}
 	s.informer = newCompactInformer(client, configMaps, "demo", s.compactor)
 	return s
+}
+
+// A stream's cursor is marked known with the position its initial state was handed at, so a
+// successor replays from there even if this process dies before its first tick records one.
+func TestAStreamsInitialStateStartsItsRecordedTrail(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("a", "4", map[string]any{"a": "1"}))
+	cursors := &fakeCursors{}
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	collectUntilSweep(t, changes)
+
+	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, id, cursors.markedIDs()[0])
+	trail := cursors.trail(id) // written with the mark, not by a later tick
+	require.Len(t, trail, 1, "the cursor is marked known with its first position")
+	require.Equal(t, uint64(4), trail[0].RV, "the trail starts where the initial state was handed")
+}
+
+// A stream synced on an informer that listed nothing has no trail point until its first
+// event; that event records the point just before it, and has it recorded at once rather than
+// at the next tick, so a successor's replay covers the stream's first events too.
+func TestAStreamsFirstEventStartsItsTrail(t *testing.T) {
+	s := &sharedInformer{subs: map[types.NamespacedName]*subscription{}, trailsDue: make(chan struct{}, 1)}
+	synced := &subscription{synced: true}
+	listing := &subscription{}
+	s.subs[types.NamespacedName{Name: "synced"}] = synced
+	s.subs[types.NamespacedName{Name: "listing"}] = listing
+	obj := func(rv string) *compactObject { return &compactObject{Name: "x", ResourceVersion: rv} }
+
+	s.advanceLocked(obj("41"))
+	require.Len(t, synced.trail, 1)
+	require.Equal(t, uint64(40), synced.trail[0].RV, "handed every event before the first")
+	require.True(t, synced.trailDirty)
+	require.Len(t, s.trailsDue, 1, "the first point is recorded at once")
+	require.Empty(t, listing.trail, "a stream not synced yet records nothing")
+
+	<-s.trailsDue
+	s.advanceLocked(obj("45"))
+	require.Len(t, synced.trail, 1, "later points come from the ticks (recordTrails)")
+	require.Empty(t, s.trailsDue)
+	require.Equal(t, uint64(45), s.handled)
+
+	// Through a real informer: an empty namespace's first ConfigMap starts the trail.
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
+	cursors := &fakeCursors{}
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
+	collectUntilSweep(t, changes)
+	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Empty(t, cursors.trail(id), "nothing handled yet: no position")
+	_, err := client.Resource(configMaps).Namespace("demo").Create(context.Background(), configMap("b", "9", map[string]any{"b": "1"}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	nextChange(t, changes)
+	require.Eventually(t, func() bool { return len(cursors.trail(id)) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, uint64(8), cursors.trail(id)[0].RV)
+}
+
+// A trail the store did not write (Redis failed, or the cursor was not marked known yet) stays
+// due: the next attempt writes it whole, its oldest point included.
+func TestATrailNotRecordedStaysDue(t *testing.T) {
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+	cursors := &fakeCursors{cursors: map[StreamID]Cursor{}}
+	s := &sharedInformer{cluster: "local", key: informerKey{gvr: configMaps, namespace: "demo"}, cursors: cursors,
+		subs: map[types.NamespacedName]*subscription{}, trailsDue: make(chan struct{}, 1), log: slog.New(slog.DiscardHandler)}
+	sub := &subscription{target: target, synced: true}
+	s.subs[target] = sub
+	s.mu.Lock()
+	s.advanceLocked(&compactObject{Name: "x", ResourceVersion: "41"})
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.recordTrails(ctx)
+
+	require.Eventually(t, func() bool { return cursors.saveCalls() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return sub.trailDirty
+	}, 5*time.Second, 10*time.Millisecond, "an unwritten trail is due again")
+	require.Empty(t, cursors.trail(id))
+
+	require.NoError(t, cursors.MarkKnown(ctx, id, nil))
+	s.mu.Lock()
+	s.recordTrailsSoonLocked()
+	s.mu.Unlock()
+	require.Eventually(t, func() bool { return len(cursors.trail(id)) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, uint64(40), cursors.trail(id)[0].RV, "the first point is written with the trail")
 }
