@@ -459,7 +459,9 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 	switch {
 	case c.Snapshot:
 		lengthen(resumeResumed, start)
-	case c.Replayed:
+	case c.Replayed && src.audit():
+		// Its audit batch may have gone to the owner that was lost. An admission candidate
+		// is stored before the write it names is admitted: it is there already, or never.
 		lengthen(resumeReplayed, start)
 	}
 	defer func() {

@@ -144,6 +144,21 @@ func TestJoinResumedOnAdmissionIsUnresolved(t *testing.T) {
 	require.Equal(t, UnresolvedUsername, ac.Author.Username)
 }
 
+// TestJoinReplayedOnAdmissionWaitsTheGraceOnly: on a cluster whose authors come from admission
+// candidates alone, an event a resumed stream replayed waits the grace window, not the resume
+// grace: its candidate was stored before the write was admitted, so it is there or never comes.
+func TestJoinReplayedOnAdmissionWaitsTheGraceOnly(t *testing.T) {
+	j, out := startJoinerWith(t, JoinerOptions{Facts: newFakeFacts(), Candidates: &fakeCandidates{}, Source: SourceAdmission,
+		Grace: 20 * time.Millisecond, ResumeGrace: time.Hour})
+	c := change("u1", "10", watch.OpCreate)
+	c.Replayed = true
+	j.Join(c, func(ac AttributedChange) { out <- ac })
+	ac := <-out
+	require.False(t, ac.Snapshot)
+	require.Equal(t, UnresolvedUsername, ac.Author.Username)
+	require.Zero(t, testutil.ToFloat64(j.metrics.resumeWaits.WithLabelValues(resumeReplayed, "unresolved")), "no resume wait")
+}
+
 // TestStoreWaitingSinceKeepsTheFirstStart: the first process to wait for a change records when;
 // a later one reads that time back, for writes and deletes apart.
 func TestStoreWaitingSinceKeepsTheFirstStart(t *testing.T) {
