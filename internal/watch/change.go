@@ -46,8 +46,8 @@ type Change struct {
 	// finalizers, is the resourceVersion it had before its deletionTimestamp was set (the
 	// version the DELETE request started from), when the informer saw that happen.
 	DeletionBaseResourceVersion string
-	// Digest is the SHA-256 of Manifest (zero for OpDelete): admission candidates carry the
-	// same digest of the object they would write.
+	// Digest is the SHA-256 of Manifest (zero for OpDelete, and for a sealed change):
+	// admission candidates carry the same digest of the object they would write.
 	Digest [32]byte
 	// Manifest is the declared form as stable YAML; nil for OpDelete. Read-only: it shares its
 	// memory with the informer's cached object.
@@ -92,6 +92,11 @@ type Change struct {
 	// Destination is the target's destination when the stream observed the change (see
 	// Cluster.Set).
 	Destination string
+	// SealedFor, when set, names the recipients Manifest is encrypted for (StreamSpec.Seal);
+	// Digest is then zero, since nothing derived from the plaintext without a key leaves the
+	// watch. An Unchanged sealed change leaves a file sealed for the same recipients as it is:
+	// the object's version is the one pushed, and a new encryption would only differ.
+	SealedFor []string
 }
 
 // Stream names the stream (and so the resume cursor) a change belongs to.

@@ -39,12 +39,17 @@ type cursorRecord struct {
 	V   int    `json:"v"`
 	UID string `json:"uid"`
 	RV  string `json:"rv"`
+	// Sealed is the fingerprint of the recipients the pushed file is sealed for (sealPrint),
+	// omitted for a file in the clear.
+	Sealed string `json:"s,omitempty"`
 }
 
 // CursorEntry is what a cursor holds of one object.
 type CursorEntry struct {
 	UID             string
 	ResourceVersion string
+	// Sealed is the fingerprint of the recipients its file was sealed for; "" in the clear.
+	Sealed string
 }
 
 // Cursor is a stream's resume point: the objects the folder holds, by "<namespace>/<name>".
@@ -114,7 +119,7 @@ func (s *CursorStore) Load(ctx context.Context, id StreamID) (Cursor, error) {
 		if json.Unmarshal([]byte(val), &rec) != nil || rec.V != cursorVersion {
 			continue
 		}
-		c.Objects[field] = CursorEntry{UID: rec.UID, ResourceVersion: rec.RV}
+		c.Objects[field] = CursorEntry{UID: rec.UID, ResourceVersion: rec.RV, Sealed: rec.Sealed}
 	}
 	if len(c.Objects) > 0 {
 		c.Known = true
@@ -184,7 +189,7 @@ func (s *CursorStore) Advance(ctx context.Context, changes []Change) error {
 			pipe.HDel(ctx, key, field)
 			continue
 		}
-		val, _ := json.Marshal(cursorRecord{V: cursorVersion, UID: c.UID, RV: c.ResourceVersion})
+		val, _ := json.Marshal(cursorRecord{V: cursorVersion, UID: c.UID, RV: c.ResourceVersion, Sealed: sealPrint(c.SealedFor)})
 		pipe.HSet(ctx, key, field, val, cursorInitField, "1")
 	}
 	if n == 0 {

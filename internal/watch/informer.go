@@ -308,11 +308,13 @@ func (s *sharedInformer) setSubscriptions(subs map[types.NamespacedName]subscrip
 		}
 	}
 	for t, spec := range subs {
-		if sub, ok := s.subs[t]; ok && sub.destination == spec.destination {
+		if sub, ok := s.subs[t]; ok && sub.destination == spec.destination && slices.Equal(sealedFor(sub.seal), sealedFor(spec.seal)) {
 			sub.subscriptionSpec = spec // the same destination: the state it was handed stays
 			continue
 		}
-		// A new target, or one whose destination moved: it gets the whole state again.
+		// A new target, or one whose destination moved, or whose objects are sealed for other
+		// recipients now: it gets the whole state again (a file sealed for others is
+		// written again).
 		delete(s.subs, t)
 		added = append(added, t)
 	}
@@ -444,8 +446,19 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, mani
 		op = OpUpdate // the folder holds a version of it
 		if e.UID == string(u.GetUID()) && e.ResourceVersion == u.GetResourceVersion() {
 			c := s.change(sub, u, op)
-			c.Manifest, c.Digest, c.Snapshot, c.Unchanged = manifest, sum, true, true
-			s.emit(c)
+			c.Manifest, c.Digest, c.Snapshot = manifest, sum, true
+			switch seal := sealPrint(sealedFor(sub.seal)); {
+			case e.Sealed != seal:
+				// Pushed in this version, but sealed for other recipients (or in the
+				// clear): the committer writes it again, sealed as the target says now.
+			case seal != "":
+				// A new encryption of the same version would only differ: a file the
+				// branch holds is left as it is, a lost one written again.
+				c.Unchanged, c.IfMissing = true, true
+			default:
+				c.Unchanged = true
+			}
+			s.emitObjectLocked(sub, c)
 			return
 		}
 	}
@@ -457,12 +470,29 @@ func (s *sharedInformer) initialLocked(sub *subscription, u *compactObject, mani
 			// writer writes the current form rather than leave the object out.
 			c := s.change(sub, u, op)
 			c.Manifest, c.Digest, c.Snapshot, c.Unchanged, c.IfMissing = manifest, sum, true, true, true
-			s.emit(c)
+			s.emitObjectLocked(sub, c)
 		}
 		return
 	}
 	c := s.change(sub, u, op)
 	c.Manifest, c.Digest, c.Snapshot, c.Resumed = manifest, sum, true, sub.cursor.Known
+	s.emitObjectLocked(sub, c)
+}
+
+// emitObjectLocked hands sub a change that carries an object's declared form, sealed first
+// when sub seals its objects: then neither the form nor an unkeyed digest of it leaves the
+// watch. An object that cannot be sealed is not handed over (it cannot be written).
+func (s *sharedInformer) emitObjectLocked(sub *subscription, c Change) {
+	if sub.seal != nil {
+		sealed, err := sub.seal.Seal(c.Manifest)
+		s.metrics.sealed(s.cluster, s.key.gvr, err)
+		if err != nil {
+			s.log.Error("cannot encrypt the object; change skipped", "target", sub.target.String(),
+				"objectNamespace", c.Namespace, "name", c.Name, "err", err)
+			return
+		}
+		c.Manifest, c.Digest, c.SealedFor = sealed, [32]byte{}, sub.seal.Recipients()
+	}
 	s.emit(c)
 }
 
@@ -660,7 +690,7 @@ func (s *sharedInformer) upsertOneLocked(sub *subscription, u *compactObject, ma
 	}
 	c := s.change(sub, u, op)
 	c.Manifest, c.Digest, c.BaseResourceVersion, c.Replayed = manifest, sum, base, replayed
-	s.emit(c)
+	s.emitObjectLocked(sub, c)
 }
 
 func (s *sharedInformer) onDelete(obj any) {

@@ -18,6 +18,7 @@ type Metrics struct {
 	refusals  *prometheus.CounterVec
 	replays   *prometheus.CounterVec
 	replayEvs *prometheus.CounterVec
+	seals     *prometheus.CounterVec
 }
 
 // NewMetrics creates the watch metrics and registers them with reg.
@@ -60,6 +61,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_watch_replayed_events_total",
 			Help: "Events resumed streams' replays read, by cluster, resource and kind: read (all), unpushed (those the cursor did not show pushed: versions a lost owner held, handed over again).",
 		}, []string{"cluster", "resource", "kind"}),
+		seals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubescribe_watch_sealed_total",
+			Help: "Declared forms encrypted for a GitTarget's recipients before they left the watch (Secrets), by cluster, resource and result: sealed, or failed (the change was not handed over; the log says why).",
+		}, []string{"cluster", "resource", "result"}),
+	}
+}
+
+func (m *Metrics) sealed(cluster string, gvr schema.GroupVersionResource, err error) {
+	if m != nil {
+		result := "sealed"
+		if err != nil {
+			result = "failed"
+		}
+		m.seals.WithLabelValues(cluster, resourceLabel(gvr), result).Inc()
 	}
 }
 

@@ -7,11 +7,14 @@ package watch
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +42,36 @@ type StreamSpec struct {
 	// ExcludeUsers suppresses changes attributed to one of these users; it travels with each
 	// Change and is applied by the join, once the author is known.
 	ExcludeUsers []string
+	// Seal, when set, encrypts each object's declared form before its change leaves the watch
+	// (a GitTarget's Secrets). One target has one Seal.
+	Seal Sealer
+}
+
+// A Sealer encrypts objects' declared forms for a set of recipients.
+type Sealer interface {
+	// Seal returns the encrypted document of a declared form; two calls on one form may
+	// differ (the encryption is randomized).
+	Seal(plain []byte) ([]byte, error)
+	// Recipients names who can read what Seal makes, sorted.
+	Recipients() []string
+}
+
+// sealedFor is the recipients of seal, nil for none.
+func sealedFor(seal Sealer) []string {
+	if seal == nil {
+		return nil
+	}
+	return seal.Recipients()
+}
+
+// sealPrint is the fingerprint of a set of recipients a cursor records for a sealed file (the
+// recipients are public; the print only keeps the cursor short); "" for none.
+func sealPrint(recipients []string) string {
+	if len(recipients) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(strings.Join(recipients, "\n")))
+	return hex.EncodeToString(sum[:8])
 }
 
 // ownerWant is what one owner declared (Cluster.Set): the destination its target writes, and
@@ -54,17 +87,26 @@ type subscriptionSpec struct {
 	ops                  []Op
 	excludeFieldManagers []string
 	excludeUsers         []string
+	seal                 Sealer
 }
 
 // merge adds another owner's wishes: the union of the operations, and only the exclusions
 // both share (an owner that does not exclude a write wants it mirrored).
 func (a subscriptionSpec) merge(b subscriptionSpec) subscriptionSpec {
 	return subscriptionSpec{
-		destination:          a.destination, // one target has one destination
+		destination:          a.destination,          // one target has one destination
+		seal:                 orSeal(a.seal, b.seal), // and one seal
 		ops:                  unionOps(a.ops, b.ops),
 		excludeFieldManagers: intersect(a.excludeFieldManagers, b.excludeFieldManagers),
 		excludeUsers:         intersect(a.excludeUsers, b.excludeUsers),
 	}
+}
+
+func orSeal(a, b Sealer) Sealer {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 func intersect(a, b []string) []string {
@@ -474,6 +516,7 @@ func (c *Cluster) reconcileLocked() {
 				ops:                  slices.Clone(spec.Operations),
 				excludeFieldManagers: slices.Clone(spec.ExcludeFieldManagers),
 				excludeUsers:         slices.Clone(spec.ExcludeUsers),
+				seal:                 spec.Seal,
 			}
 			if prev, ok := subs[spec.Target]; ok {
 				sub = prev.merge(sub)

@@ -25,6 +25,9 @@ type Selector struct {
 	// StreamSpec).
 	ExcludeFieldManagers []string
 	ExcludeUsers         []string
+	// AllowSecrets resolves Secrets like any resource: the caller seals them (StreamSpec.Seal)
+	// before anything of them leaves the watch. Without it they are refused (SecretsRefused).
+	AllowSecrets bool
 }
 
 // Resource is one resource a set of selectors resolved to: the version it is watched in, and
@@ -45,7 +48,8 @@ type UnresolvedReason string
 // Why an entry resolves to nothing, strongest first: when an entry matches several resources
 // that all fail, the strongest reason is reported.
 const (
-	// UnresolvedSecret: the entry names Secrets, which are never mirrored.
+	// UnresolvedSecret: the entry names Secrets, which are mirrored only for a GitTarget that
+	// encrypts them (Selector.AllowSecrets).
 	UnresolvedSecret UnresolvedReason = "SecretsRefused"
 	// UnresolvedClusterScoped: the entry matches only cluster-scoped resources and the caller
 	// asked for namespaced ones (a WatchRule).
@@ -83,13 +87,13 @@ type Resolution struct {
 	// ClusterScoped lists matching cluster-scoped resources left out because the caller asked
 	// for namespaced ones only.
 	ClusterScoped []schema.GroupVersionResource
-	// Secrets lists matching Secret resources: never mirrored, their data would reach Git
-	// unencrypted.
+	// Secrets lists matching Secret resources left out: their selectors do not allow them
+	// (their GitTarget encrypts nothing), and their data would reach Git unencrypted.
 	Secrets []schema.GroupVersionResource
 }
 
 // IsSecret reports whether gvr is the core Secret resource, whose data must never reach Git
-// in plaintext. Until kubescribe can encrypt it, Secrets are not mirrored at all.
+// in plaintext: it is mirrored only sealed (encrypted) for a GitTarget's recipients.
 func IsSecret(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" && gvr.Resource == "secrets"
 }
@@ -255,7 +259,7 @@ func (c *Catalog) Resolve(selectors []Selector, namespacedOnly bool) Resolution 
 					case !listWatchable(res):
 						note(pattern, UnresolvedNotListable)
 						continue
-					case IsSecret(gvr):
+					case IsSecret(gvr) && !sel.AllowSecrets:
 						addOnce(&out.Secrets, gvr)
 						note(pattern, UnresolvedSecret)
 						continue
