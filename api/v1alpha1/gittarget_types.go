@@ -51,6 +51,12 @@ type GitTargetSpec struct {
 	// cluster answers.
 	// +optional
 	SourceCluster *SourceCluster `json:"sourceCluster,omitempty"`
+
+	// Encryption, when set, has the target's Secrets mirrored as SOPS documents encrypted for
+	// its age recipients: the rules that select Secrets then mirror them. Without it Secrets
+	// are never mirrored.
+	// +optional
+	Encryption *Encryption `json:"encryption,omitempty"`
 }
 
 // SourceCluster identifies a remote cluster whose objects a GitTarget mirrors.
@@ -188,4 +194,17 @@ func (s *GitTargetSpec) Destination() Destination {
 		d.SourceCluster = s.SourceCluster.AuditRoute
 	}
 	return d
+}
+
+// Encryption says how a GitTarget's Secrets are written to Git.
+type Encryption struct {
+	// Age lists the age recipients ("age1…" X25519 public keys) every Secret is encrypted for:
+	// whoever holds one of their identities (a person, Flux's kustomize-controller) can decrypt
+	// it. kubescribe holds no identity, so it never reads back what it wrote.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=128
+	// +listType=set
+	Age []string `json:"age"`
 }

@@ -396,10 +396,16 @@ func planRBAC(catalog *watch.Catalog, in *rbacInput, sourceCluster string) (*rba
 		}
 		return false
 	}
-	resolve := func(what string, rules []v1alpha1.ResourceRule, namespacedOnly bool) watch.Resolution {
+	// encrypts says whether GitTarget ns/name mirrors Secrets (encrypted for its age
+	// recipients): only then are they resolved, and granted.
+	encrypts := func(ns, name string) bool {
+		t, ok := targets[ns+"/"+name]
+		return ok && t.Spec.Encryption != nil && len(t.Spec.Encryption.Age) > 0
+	}
+	resolve := func(what string, rules []v1alpha1.ResourceRule, namespacedOnly, secrets bool) watch.Resolution {
 		sels := make([]watch.Selector, len(rules))
 		for i, r := range rules {
-			sels[i] = watch.Selector{APIGroups: r.APIGroups, APIVersions: r.APIVersions, Resources: r.Resources}
+			sels[i] = watch.Selector{APIGroups: r.APIGroups, APIVersions: r.APIVersions, Resources: r.Resources, AllowSecrets: secrets}
 		}
 		res := catalog.Resolve(sels, namespacedOnly)
 		for _, u := range res.Unresolved {
@@ -414,7 +420,7 @@ func planRBAC(catalog *watch.Catalog, in *rbacInput, sourceCluster string) (*rba
 		if !counts(what, r.Namespace, r.Spec.TargetRef.Name) {
 			continue
 		}
-		res := resolve(what, r.Spec.Rules, true)
+		res := resolve(what, r.Spec.Rules, true, encrypts(r.Namespace, r.Spec.TargetRef.Name))
 		if len(res.Resources) == 0 {
 			continue
 		}
@@ -433,7 +439,7 @@ func planRBAC(catalog *watch.Catalog, in *rbacInput, sourceCluster string) (*rba
 		if !counts(what, r.Spec.TargetRef.Namespace, r.Spec.TargetRef.Name) {
 			continue
 		}
-		res := resolve(what, r.Spec.Rules, false)
+		res := resolve(what, r.Spec.Rules, false, encrypts(r.Spec.TargetRef.Namespace, r.Spec.TargetRef.Name))
 		for _, rr := range res.Resources {
 			switch {
 			case !rr.Namespaced:
@@ -506,7 +512,7 @@ func planRBAC(catalog *watch.Catalog, in *rbacInput, sourceCluster string) (*rba
 func unresolvedWhy(r watch.UnresolvedReason) string {
 	switch r {
 	case watch.UnresolvedSecret:
-		return "Secrets are never mirrored (docs/security.md#secrets-in-git)"
+		return "Secrets are mirrored only for a GitTarget with spec.encryption.age (docs/security.md#secrets-in-git)"
 	case watch.UnresolvedClusterScoped:
 		return "cluster-scoped, and a WatchRule mirrors only its own namespace"
 	case watch.UnresolvedNotListable:

@@ -178,9 +178,21 @@ func TestPlanRBAC(t *testing.T) {
 			},
 			want: map[string][]rbacv1.PolicyRule{"team-a": {listWatch("", "configmaps")}},
 			warnings: []string{
-				`WatchRule team-a/mixed rules[0] "secrets" in apiGroups [""]: Secrets are never mirrored`,
-				`WatchRule team-a/only-secrets rules[0] "secrets" in apiGroups [""]: Secrets are never mirrored`,
+				`WatchRule team-a/mixed rules[0] "secrets" in apiGroups [""]: Secrets are mirrored only for a GitTarget with spec.encryption.age`,
+				`WatchRule team-a/only-secrets rules[0] "secrets" in apiGroups [""]: Secrets are mirrored only for a GitTarget with spec.encryption.age`,
 			},
+		},
+		{
+			name: "a rule of a GitTarget that encrypts Secrets grants list and watch on them",
+			in: rbacInput{
+				watchRules: []v1alpha1.WatchRule{watchRule("team-a", "mixed", "sealed", rule(core, "secrets", "configmaps"))},
+				targets: []v1alpha1.GitTarget{func() v1alpha1.GitTarget {
+					t := gitTarget("team-a", "sealed", nil)
+					t.Spec.Encryption = &v1alpha1.Encryption{Age: []string{"age1example"}}
+					return t
+				}()},
+			},
+			want: map[string][]rbacv1.PolicyRule{"team-a": {listWatch("", "configmaps", "secrets")}},
 		},
 		{
 			name: "a wildcard WatchRule: every listable namespaced resource of the group but Secrets",
@@ -295,6 +307,7 @@ func TestPlanRBAC(t *testing.T) {
 		},
 	}
 	catalog := rbacCatalog(t)
+	sealed := map[string]bool{"a rule of a GitTarget that encrypts Secrets grants list and watch on them": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			plan, warnings := planRBAC(catalog, &tt.in, tt.sourceCluster)
@@ -319,9 +332,9 @@ func TestPlanRBAC(t *testing.T) {
 			for _, rules := range got.rules {
 				for _, r := range rules {
 					for _, res := range r.Resources {
-						if res == "secrets" {
-							require.Equal(t, []string{"get"}, r.Verbs, "Secrets are only ever granted get")
-							require.NotEmpty(t, r.ResourceNames, "Secrets are only ever granted by name")
+						if res == "secrets" && !sealed[tt.name] {
+							require.Equal(t, []string{"get"}, r.Verbs, "Secrets are only granted get, but for a GitTarget that encrypts them")
+							require.NotEmpty(t, r.ResourceNames, "Secrets are only granted by name, but for a GitTarget that encrypts them")
 						}
 					}
 					require.NotContains(t, r.APIGroups, "*")

@@ -247,7 +247,7 @@ func TestDescribeUnresolved(t *testing.T) {
 		{Selector: 3, Resource: "widgets", Reason: watch.UnresolvedNotServed},
 	})
 	for _, want := range []string{
-		`rules[0] "secrets" in apiGroups [""]: Secrets are never mirrored, their data would reach Git unencrypted (SecretsRefused)`,
+		`rules[0] "secrets" in apiGroups [""]: Secrets are mirrored only encrypted: set spec.encryption.age on the GitTarget (SecretsRefused)`,
 		`rules[0] "bindings" in apiGroups [""]: served without the list and watch verbs, so it cannot be mirrored (NotListable)`,
 		`rules[1] "*" in apiGroups ["batch", "example.com"]: served, but in none of apiVersions [v2] (VersionNotServed)`,
 		`rules[2] "clusterroles" in apiGroups ["rbac.authorization.k8s.io"]: cluster-scoped, and a WatchRule mirrors only its own namespace: use a ClusterWatchRule (ClusterScoped)`,

@@ -16,7 +16,22 @@ import (
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/secretenc"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
+
+// targetSealer is what seals t's Secrets (spec.encryption.age), nil when it sets none or its
+// recipients are invalid (then the target is not routed: InvalidSpec).
+func targetSealer(t *v1alpha1.GitTarget) watch.Sealer {
+	if t.Spec.Encryption == nil {
+		return nil
+	}
+	e, err := secretenc.NewEncrypter(t.Spec.Encryption.Age)
+	if err != nil {
+		return nil
+	}
+	return e
+}
 
 // syncTarget routes a GitTarget's changes to the worker of its provider's branch, and moves it
 // when its destination (branch, path, sourceCluster) changed: see retarget.
@@ -169,6 +184,11 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 	}
 	if ref := c.useSourceCluster(name, t); ref != nil {
 		return unroute(ref.reason, ref.msg)
+	}
+	if e := t.Spec.Encryption; e != nil {
+		if _, err := secretenc.NewEncrypter(e.Age); err != nil {
+			return unroute(v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.encryption.age: %v", err))
+		}
 	}
 	providerName := types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProviderRef.Name}
 	var p v1alpha1.GitProvider

@@ -166,7 +166,10 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		return stop(v1alpha1.ReasonWatchFailed, fmt.Sprintf("source cluster %q is not registered", cluster), notReadyRecheck)
 	}
 
-	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
+	// Secrets are resolved only for a target that seals them (spec.encryption): their streams
+	// encrypt each one before it leaves the watch.
+	seal := targetSealer(&t)
+	res, err := source.Resolve(selectors(req.rules, seal != nil), req.namespacedOnly)
 	if err != nil {
 		if where != "" {
 			// A remote server's words are not quoted (remoteError); its discovery error is
@@ -195,7 +198,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 		return out
 	}
 
-	specs, resources := streamSpecs(req, res)
+	specs, resources := streamSpecs(req, res, seal)
 	source.Set(req.owner, route.Stream, specs)
 	if cluster == c.opts.Cluster {
 		c.want(req.owner, specs)
@@ -235,7 +238,7 @@ func (c *Controller) evaluate(req ruleRequest) ruleOutcome {
 
 // streamSpecs are the streams req's resolution res asks for, and the resources they watch,
 // formatted and sorted.
-func streamSpecs(req ruleRequest, res watch.Resolution) ([]watch.StreamSpec, []string) {
+func streamSpecs(req ruleRequest, res watch.Resolution, seal watch.Sealer) ([]watch.StreamSpec, []string) {
 	namespaces := req.namespaces
 	if namespaces == nil {
 		namespaces = []string{""}
@@ -248,8 +251,12 @@ func streamSpecs(req ruleRequest, res watch.Resolution) ([]watch.StreamSpec, []s
 			scopes = namespaces
 		}
 		for _, ns := range scopes {
-			specs = append(specs, watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
-				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers})
+			spec := watch.StreamSpec{Target: req.target, GVR: rr.GVR, Namespace: ns, Operations: rr.Operations,
+				ExcludeFieldManagers: rr.ExcludeFieldManagers, ExcludeUsers: rr.ExcludeUsers}
+			if watch.IsSecret(rr.GVR) {
+				spec.Seal = seal // resolved only with one
+			}
+			specs = append(specs, spec)
 		}
 		resources = append(resources, v1alpha1.FormatResource(rr.GVR))
 	}
@@ -273,17 +280,20 @@ func (c *Controller) resolveOnly(req ruleRequest) []watch.StreamSpec {
 	if source == nil {
 		return nil
 	}
-	res, err := source.Resolve(selectors(req.rules), req.namespacedOnly)
+	// Secrets are left out: the webhook's candidates carry unkeyed digests of what is written.
+	res, err := source.Resolve(selectors(req.rules, false), req.namespacedOnly)
 	if err != nil {
 		return nil
 	}
-	specs, _ := streamSpecs(req, res)
+	specs, _ := streamSpecs(req, res, nil)
 	return specs
 }
 
 // want records the streams of the local cluster a rule asks for, whichever replica runs them
-// (nil: none).
+// (nil: none), for the attribution webhook configuration: Secrets left out, since a candidate
+// carries an unkeyed digest of what is written.
 func (c *Controller) want(owner string, specs []watch.StreamSpec) {
+	specs = slices.DeleteFunc(slices.Clone(specs), func(s watch.StreamSpec) bool { return watch.IsSecret(s.GVR) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(specs) == 0 {
@@ -319,7 +329,7 @@ func describeUnresolved(rules []v1alpha1.ResourceRule, unresolved []watch.Unreso
 		case watch.UnresolvedNotListable:
 			why = "served without the list and watch verbs, so it cannot be mirrored"
 		case watch.UnresolvedSecret:
-			why = "Secrets are never mirrored, their data would reach Git unencrypted"
+			why = "Secrets are mirrored only encrypted: set spec.encryption.age on the GitTarget"
 		case watch.UnresolvedClusterScoped:
 			why = "cluster-scoped, and a WatchRule mirrors only its own namespace: use a ClusterWatchRule"
 		default:
@@ -346,7 +356,7 @@ func describeIgnored(res watch.Resolution) string {
 		msg += "; cluster-scoped resources are not mirrored by a WatchRule: " + formatResources(res.ClusterScoped)
 	}
 	if len(res.Secrets) > 0 {
-		msg += "; Secrets are never mirrored, their data would reach Git unencrypted: " + formatResources(res.Secrets)
+		msg += "; Secrets are mirrored only encrypted, and the GitTarget sets no spec.encryption.age: " + formatResources(res.Secrets)
 	}
 	return msg
 }
@@ -361,14 +371,15 @@ func formatResources(gvrs []schema.GroupVersionResource) string {
 }
 
 // selectors turns rules into watch selectors.
-func selectors(rules []v1alpha1.ResourceRule) []watch.Selector {
+func selectors(rules []v1alpha1.ResourceRule, allowSecrets bool) []watch.Selector {
 	out := make([]watch.Selector, len(rules))
 	for i := range rules {
 		out[i] = watch.Selector{
-			APIGroups:   rules[i].APIGroups,
-			APIVersions: rules[i].APIVersions,
-			Resources:   rules[i].Resources,
-			Operations:  watchOps(rules[i].GetOperations()),
+			AllowSecrets: allowSecrets,
+			APIGroups:    rules[i].APIGroups,
+			APIVersions:  rules[i].APIVersions,
+			Resources:    rules[i].Resources,
+			Operations:   watchOps(rules[i].GetOperations()),
 
 			ExcludeFieldManagers: rules[i].ExcludeFieldManagers,
 			ExcludeUsers:         rules[i].ExcludeUsers,

@@ -18,6 +18,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/secretenc"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -333,7 +334,7 @@ func (i ignoredResources) list(gvrs []schema.GroupVersionResource) []string {
 }
 
 func resolveRules(dc discovery.DiscoveryInterface, rules []v1alpha1.ResourceRule) ([]resolvedResource, ignoredResources, error) {
-	res, err := watch.Resolve(dc, selectors(rules), true)
+	res, err := watch.Resolve(dc, selectors(rules, false), true)
 	var out []resolvedResource
 	for _, r := range res.Resources {
 		out = append(out, resolvedResource{gvr: r.GVR, ops: r.Operations})
@@ -538,8 +539,8 @@ func TestResolveRulesSortedAndStable(t *testing.T) {
 	}
 }
 
-// Secrets are never mirrored, whether named or matched by "*": their data would reach Git
-// unencrypted. The rule's message says so.
+// Secrets are never mirrored for a GitTarget that does not encrypt them, whether named or
+// matched by "*": their data would reach Git unencrypted. The rule's message says so.
 func TestResolveRulesNeverSelectsSecrets(t *testing.T) {
 	fd, _ := newDiscovery(nil)
 	for _, rules := range [][]v1alpha1.ResourceRule{
@@ -552,8 +553,36 @@ func TestResolveRulesNeverSelectsSecrets(t *testing.T) {
 			require.NotEqual(t, "secrets", r.gvr.Resource)
 		}
 		require.Equal(t, []string{"v1/secrets"}, ignored.list(ignored.res.Secrets))
-		require.Contains(t, ignored.describe(), "Secrets are never mirrored")
+		require.Contains(t, ignored.describe(), "Secrets are mirrored only encrypted, and the GitTarget sets no spec.encryption.age")
 	}
+}
+
+// For a GitTarget that encrypts them, Secrets resolve like any resource, and only their
+// streams seal; the attribution webhook's streams leave them out.
+func TestSecretsResolveForAnEncryptingTarget(t *testing.T) {
+	fd, _ := newDiscovery(nil)
+	rules := []v1alpha1.ResourceRule{rule([]string{""}, []string{"secrets", "configmaps"})}
+	res, err := watch.Resolve(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, selectors(rules, true), true)
+	require.NoError(t, err)
+	require.Empty(t, res.Secrets)
+	require.Empty(t, res.Unresolved)
+	seal, err := secretenc.NewEncrypter([]string{newRecipient(t)})
+	require.NoError(t, err)
+	specs, resources := streamSpecs(ruleRequest{target: nn("t")}, res, seal)
+	require.Equal(t, []string{"v1/configmaps", "v1/secrets"}, resources)
+	for _, s := range specs {
+		if watch.IsSecret(s.GVR) {
+			require.Equal(t, seal, s.Seal)
+		} else {
+			require.Nil(t, s.Seal, "%s is not sealed", s.GVR)
+		}
+	}
+	c := &Controller{wanted: map[string][]watch.StreamSpec{}}
+	c.want("team/rule", specs)
+	for _, s := range c.wantedStreams() {
+		require.False(t, watch.IsSecret(s.GVR), "the attribution webhook never covers Secrets")
+	}
+	require.Len(t, c.wantedStreams(), 1)
 }
 
 // TestSelectorsCarryExclusions: a rule's excludeFieldManagers and excludeUsers reach the
@@ -564,7 +593,7 @@ func TestSelectorsCarryExclusions(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, ExcludeFieldManagers: []string{"argocd-controller", "kubectl"}, ExcludeUsers: []string{"ci-bot"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, ExcludeFieldManagers: []string{"argocd-controller"}},
 	}
-	res, err := watch.Resolve(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, selectors(rules), true)
+	res, err := watch.Resolve(rawDiscovery{FakeDiscovery: fd, lists: rawLists()}, selectors(rules, false), true)
 	require.NoError(t, err)
 	got := map[string][2][]string{}
 	for _, r := range res.Resources {
