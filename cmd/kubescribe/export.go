@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/kubescribe/kubescribe/internal/declared"
+	"github.com/kubescribe/kubescribe/internal/secretenc"
 	"github.com/kubescribe/kubescribe/pkg/manifestanalyzer"
 )
 
@@ -44,6 +45,8 @@ type exportOptions struct {
 	qps                              float64
 	burst                            int
 	progress                         string // auto, always, never
+	// seal encrypts Secrets for --age-recipient; nil: Secrets are not exported.
+	seal *secretenc.Encrypter
 }
 
 // exportResource is one resource to list, in one namespace ("" = all, or cluster-scoped).
@@ -96,6 +99,11 @@ func parseExportFlags(args []string, stderr io.Writer) (*exportOptions, error) {
 	fs.Float64Var(&o.qps, "qps", 50, "client-side request rate limit (requests per second)")
 	fs.IntVar(&o.burst, "burst", 100, "client-side request burst")
 	fs.StringVar(&o.progress, "progress", "auto", "progress display on stderr: auto (only on a terminal), always, never")
+	var recipients []string
+	fs.Func("age-recipient", "export Secrets too, as SOPS documents encrypted for this age recipient (age1…), as a GitTarget with spec.encryption.age writes them; repeatable", func(v string) error {
+		recipients = append(recipients, v)
+		return nil
+	})
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
@@ -124,6 +132,11 @@ func parseExportFlags(args []string, stderr io.Writer) (*exportOptions, error) {
 	for _, r := range o.resources {
 		if strings.Contains(r, "/") {
 			return nil, fmt.Errorf("--resources %q: subresources are not exported", r)
+		}
+	}
+	if len(recipients) > 0 {
+		if o.seal, err = secretenc.NewEncrypter(recipients); err != nil {
+			return nil, fmt.Errorf("--age-recipient: %w", err)
 		}
 	}
 	return o, nil
@@ -309,8 +322,8 @@ func restConfig(o *exportOptions) (*rest.Config, string, error) {
 }
 
 // selectResources resolves the rules to the resources the cluster serves (its preferred version
-// of each), as a WatchRule does. Secrets are never exported; cluster-scoped resources only when
-// no namespace is selected. skipped says what was left out, for the user.
+// of each), as a WatchRule does. Secrets only with --age-recipient (encrypted); cluster-scoped
+// resources only when no namespace is selected. skipped says what was left out, for the user.
 func selectResources(dc discovery.DiscoveryInterface, o *exportOptions) (selected []exportResource, skipped []string, err error) {
 	lists, err := dc.ServerPreferredResources()
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
@@ -334,8 +347,8 @@ func selectResources(dc discovery.DiscoveryInterface, o *exportOptions) (selecte
 			}
 			r := exportResource{gvr: gv.WithResource(res.Name), namespaced: res.Namespaced}
 			switch {
-			case gv.Group == "" && res.Name == "secrets":
-				skipped = append(skipped, "Secrets are never exported: their data would reach Git unencrypted")
+			case gv.Group == "" && res.Name == "secrets" && o.seal == nil:
+				skipped = append(skipped, "Secrets are exported only encrypted (--age-recipient): their data would reach Git unencrypted")
 				continue
 			case !res.Namespaced && len(o.namespaces) > 0:
 				clusterScoped = append(clusterScoped, r.String())
@@ -390,7 +403,7 @@ func exportOne(ctx context.Context, o *exportOptions, dyn dynamic.Interface, r e
 			if !ok {
 				return fmt.Errorf("unexpected list item %T", obj)
 			}
-			if err := writeObject(o.dir, r, u); err != nil {
+			if err := writeObject(o.dir, r, u, o.seal); err != nil {
 				return err
 			}
 			gitops.check(u)
@@ -422,12 +435,21 @@ func scopeName(r exportResource, ns string) string {
 	return r.String() + " in namespace " + ns
 }
 
-// writeObject writes the object's declared form where the writer keeps it.
-func writeObject(dir string, r exportResource, u *unstructured.Unstructured) error {
+// writeObject writes the object's declared form where the writer keeps it; a Secret encrypted
+// by seal, as the writer seals it.
+func writeObject(dir string, r exportResource, u *unstructured.Unstructured, seal *secretenc.Encrypter) error {
 	rel := manifestanalyzer.ExpectedPath(u.GetNamespace(), r.gvr.Group, r.gvr.Resource, u.GetName())
 	b, err := declared.Manifest(u)
 	if err != nil {
 		return fmt.Errorf("%s: %w", rel, err)
+	}
+	if r.gvr.Group == "" && r.gvr.Resource == "secrets" {
+		if seal == nil {
+			return fmt.Errorf("%s: a Secret is never written unencrypted", rel)
+		}
+		if b, err = seal.Encrypt(b); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
 	}
 	p := filepath.Join(dir, filepath.FromSlash(rel))
 	if err := os.WriteFile(p, b, 0o644); err != nil {

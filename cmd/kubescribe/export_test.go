@@ -100,6 +100,13 @@ users:
 	}
 }
 
+// An age recipient that does not parse is a usage error, before anything is read.
+func TestExportRefusesABadAgeRecipient(t *testing.T) {
+	code, _, errOut := export(t, "--age-recipient", "age1nope", filepath.Join(t.TempDir(), "out"))
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, `--age-recipient: age recipient "age1nope"`)
+}
+
 func obj(labels, annotations map[string]string, managers ...string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
 	u.SetNamespace("demo")

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"filippo.io/age"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubescribe/kubescribe/internal/declared"
+	"github.com/kubescribe/kubescribe/internal/secretenc"
 )
 
 // Every code is shown by a fixture folder named after it, whose report holds that code.
@@ -169,4 +171,28 @@ func TestRepoAdoptable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"clusters/prod"}, r.Adoptable())
 	require.Equal(t, []Code{CodePlaintextSecret}, r.Folders[1].Codes())
+}
+
+// A Secret the writer sealed for a GitTarget's age recipients (a SOPS document) is adoptable
+// without a finding: neither in the clear nor a form the writer would rewrite.
+func TestSealedSecretIsAdoptable(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	require.NoError(t, err)
+	enc, err := secretenc.NewEncrypter([]string{id.Recipient().String()})
+	require.NoError(t, err)
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+		"metadata": map[string]any{"name": "db", "namespace": "demo"}, "data": map[string]any{"password": "aHVudGVyMg=="}}}
+	plain, err := declared.Manifest(obj)
+	require.NoError(t, err)
+	sealed, err := enc.Encrypt(plain)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	p := filepath.Join(dir, filepath.FromSlash(ExpectedPath("demo", "", "secrets", "db")))
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, sealed, 0o644))
+	r, err := ScanPath(context.Background(), dir, Options{})
+	require.NoError(t, err)
+	require.True(t, r.Adoptable)
+	require.Empty(t, r.Findings)
+	require.Equal(t, 1, r.Objects)
 }
