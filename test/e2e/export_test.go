@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,12 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
+	"github.com/getsops/sops/v3/cmd/sops/formats"
+	"github.com/getsops/sops/v3/decrypt"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/declared"
@@ -66,7 +71,7 @@ func TestExportThenScanIsAdoptable(t *testing.T) {
 	r := exportAsAdmin(t, dir)
 	require.Contains(t, r.stdout, "exported ")
 	require.Contains(t, r.stdout, " objects/s)")
-	require.Contains(t, r.stderr, "Secrets are never exported")
+	require.Contains(t, r.stderr, "Secrets are exported only encrypted (--age-recipient)")
 	require.NotContains(t, r.stderr, "Argo CD", "no argocd-cm: not an Argo CD cluster, nothing said")
 
 	// Byte for byte the writer's declared form, at the writer's path.
@@ -87,7 +92,7 @@ func TestExportThenScanIsAdoptable(t *testing.T) {
 		}
 		return err
 	}))
-	require.Empty(t, secrets, "Secrets are never exported")
+	require.Empty(t, secrets, "Secrets are exported only encrypted, with --age-recipient")
 
 	report, err := manifestanalyzer.ScanPath(ctx, dir, manifestanalyzer.Options{})
 	require.NoError(t, err)
@@ -100,6 +105,37 @@ func TestExportThenScanIsAdoptable(t *testing.T) {
 	s := runCLI(t, "scan", dir)
 	require.Equal(t, 0, s.code, "stdout:\n%s\nstderr:\n%s", s.stdout, s.stderr)
 	require.Contains(t, s.stdout, ": adoptable (")
+
+	// With an age recipient, the Secrets are exported too, as SOPS documents the identity
+	// decrypts to the cluster's data; scan accepts them.
+	identity, err := age.GenerateX25519Identity()
+	require.NoError(t, err)
+	sealed := filepath.Join(t.TempDir(), "sealed")
+	r = exportAsAdmin(t, "--namespaces", ns, "--age-recipient", identity.Recipient().String(), sealed)
+	require.NotContains(t, r.stderr, "Secrets are exported only encrypted")
+	enc, err := os.ReadFile(filepath.Join(sealed, ns, "core", "secrets", "db.yaml"))
+	require.NoError(t, err)
+	require.NotContains(t, string(enc), "hunter2")
+	require.NotContains(t, string(enc), base64.StdEncoding.EncodeToString([]byte("hunter2")))
+	plain := decryptWith(t, identity, enc)
+	var gotSecret corev1.Secret
+	require.NoError(t, yaml.Unmarshal(plain, &gotSecret))
+	require.Equal(t, map[string][]byte{"password": []byte("hunter2")}, gotSecret.Data)
+	report, err = manifestanalyzer.ScanPath(ctx, sealed, manifestanalyzer.Options{})
+	require.NoError(t, err)
+	require.True(t, report.Adoptable, "%+v", report.Findings)
+	for _, f := range report.Findings {
+		require.NotEqual(t, manifestanalyzer.CodeRewriteExpected, f.Code, f.Message)
+	}
+}
+
+// decryptWith decrypts a SOPS document with identity, through the sops library.
+func decryptWith(t *testing.T, identity *age.X25519Identity, enc []byte) []byte {
+	t.Helper()
+	t.Setenv("SOPS_AGE_KEY", identity.String())
+	plain, err := decrypt.DataWithFormat(enc, formats.Yaml)
+	require.NoError(t, err)
+	return plain
 }
 
 // Export a namespace's ConfigMaps as one commit, push it, and put a GitTarget on that folder:
