@@ -68,8 +68,9 @@ const (
 
 	// ReasonPartiallyResolved: some entries resolved to nothing; the others are mirrored. The
 	// message names each unresolved rules[i] entry with why: not served (yet), served in none
-	// of its apiVersions, not listable and watchable, a Secret (never mirrored) or, in a
-	// WatchRule, cluster-scoped. It is also the reason of Ready=False in that case.
+	// of its apiVersions, not listable and watchable, a Secret (for a GitTarget without
+	// spec.encryption.age) or, in a WatchRule, cluster-scoped. It is also the reason of
+	// Ready=False in that case.
 	ReasonPartiallyResolved string = "PartiallyResolved"
 )
 

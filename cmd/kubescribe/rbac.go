@@ -359,7 +359,8 @@ func (p *rbacPlan) empty() bool {
 }
 
 // planRBAC computes the grant the objects of in need, resolving their rules in catalog as
-// kubescribe does: Secrets are never mirrored, so a rule selecting them grants nothing; a
+// kubescribe does: Secrets are mirrored only for a GitTarget with spec.encryption.age, so only
+// its rules that select them are granted list and watch on them; a
 // WatchRule reads only its own namespace; a ClusterWatchRule reads cluster-scoped resources
 // and namespaced ones in spec.namespaces, or everywhere (with a namespaceSelector too: the
 // namespaces it selects change with their labels). Without sourceCluster, rules of GitTargets

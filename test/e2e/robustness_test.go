@@ -238,7 +238,7 @@ func TestMisconfigurationIsReported(t *testing.T) {
 	require.Contains(t, cond.Message, "cluster-scoped")
 	rule("secrets", "good", []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"secrets"}}})
 	cond = waitReady(t, v1alpha1.WatchRulesResource, ns, "secrets", metav1.ConditionFalse, v1alpha1.ReasonNoResourcesMatched)
-	require.Contains(t, cond.Message, "Secrets are never mirrored")
+	require.Contains(t, cond.Message, "Secrets are mirrored only encrypted: set spec.encryption.age on the GitTarget")
 	// Exclusions are enforced now, not refused (test/e2e/exclude_test.go).
 	rule("exclusions", "good", []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ExcludeUsers: []string{"bot"}}})
 	waitReady(t, v1alpha1.WatchRulesResource, ns, "exclusions", metav1.ConditionTrue, v1alpha1.ReasonReady)
