@@ -186,6 +186,28 @@ func TestDryRunAndOtherReviewsAreAllowedAndNotRecorded(t *testing.T) {
 	require.Empty(t, f.store.candidates())
 }
 
+// A Secret's create or update is allowed and records no candidate: a candidate keeps an
+// unkeyed digest of what is written, which could be checked against guessed values. Its delete,
+// which carries no content, is recorded.
+func TestSecretWritesRecordNoDigest(t *testing.T) {
+	f := newFixture(t, nil, true)
+	secretReview := func(op, object, old string) string {
+		r := review(op, "", object, old, false)
+		r = strings.Replace(r, `"resource":"configmaps"`, `"resource":"secrets"`, 1)
+		return strings.Replace(r, `"kind":"ConfigMap"`, `"kind":"Secret"`, 1)
+	}
+	secret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"app","namespace":"team","uid":"u-1","resourceVersion":"7"},"data":{"password":"aHVudGVyMg=="}}`
+	f.allowed(t, secretReview("CREATE", secret, ""))
+	f.allowed(t, secretReview("UPDATE", secret, secret))
+	f.allowed(t, secretReview("DELETE", "", secret))
+	require.Eventually(t, func() bool { return len(f.store.candidates()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	got := f.store.candidates()[0]
+	require.Equal(t, OpDelete, got.Operation)
+	require.Equal(t, "secrets", got.Resource)
+	require.Empty(t, got.Digest)
+	require.Equal(t, float64(2), f.result(resultIgnored))
+}
+
 func TestBadRequestsGetClearErrors(t *testing.T) {
 	f := newFixture(t, func(o *HandlerOptions) { o.MaxBodyBytes = 4096 }, true)
 	for _, tc := range []struct {

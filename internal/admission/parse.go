@@ -79,6 +79,11 @@ func completeCandidate(route string, req *admissionv1.AdmissionRequest, render R
 		req.SubResource != "" && req.SubResource != "scale",
 		req.SubResource == "scale" && op != OpUpdate:
 		return Candidate{}, resultIgnored, nil
+	case req.Resource.Group == "" && req.Resource.Resource == "secrets" && op != OpDelete:
+		// A candidate keeps an unkeyed digest of what is written, which could be checked
+		// against guessed values: none is kept of a Secret (a webhook configured by hand may
+		// send them; kubescribe's own configuration never covers Secrets).
+		return Candidate{}, resultIgnored, nil
 	}
 	c := Candidate{
 		Route: route, Group: req.Resource.Group, Resource: req.Resource.Resource, Subresource: req.SubResource,
