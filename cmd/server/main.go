@@ -66,6 +66,7 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.BoolVar(&opts.RedisCluster, "redis-cluster", false, "use Redis Cluster even with a single --redis-addr (a configuration endpoint)")
 	fs.StringVar(&opts.RedisUsername, "redis-username", "", "Redis ACL user; empty uses the default user")
 	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else $REDIS_PASSWORD)")
+	secretDigestKeyFile := fs.String("secret-digest-key-file", "", "file holding the key (at least 32 bytes, e.g. openssl rand -hex 32; the same on every replica) of the digests the admission tier keeps of Secrets' writes, to credit encrypted Secrets to their authors; without it their creates and updates are unresolved")
 	fs.IntVar(&opts.RedisDB, "redis-db", 0, "Redis database number")
 	fs.BoolVar(&opts.RedisTLS, "redis-tls", false, "connect to Redis and its Sentinels over TLS, verifying their certificate against the system roots or --redis-ca-file (the --redis-ca-file, --redis-cert-file and --redis-server-name flags turn it on too)")
 	fs.StringVar(&opts.RedisCAFile, "redis-ca-file", "", "PEM CA bundle verifying Redis' certificate, reloaded when it changes")
@@ -170,6 +171,13 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 			return opts, nil, fmt.Errorf("--redis-password-file: %w", err)
 		}
 		opts.RedisPassword = strings.TrimRight(string(b), "\r\n")
+	}
+	if *secretDigestKeyFile != "" {
+		b, err := os.ReadFile(*secretDigestKeyFile)
+		if err != nil {
+			return opts, nil, fmt.Errorf("--secret-digest-key-file: %w", err)
+		}
+		opts.SecretDigestKey = []byte(strings.TrimRight(string(b), "\r\n"))
 	}
 	return opts, logger, nil
 }

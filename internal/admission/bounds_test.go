@@ -61,7 +61,7 @@ func TestQueueIsBoundedByBytes(t *testing.T) {
 	for i := range groups {
 		groups[i] = "group-with-a-long-name-" + strconv.Itoa(i)
 	}
-	c, result, err := completeCandidate("local", decodeReview(t, reviewAs(t, "CREATE", fmt.Sprintf(configMap, "", "v1"), "", groups, nil)), declared.Manifest)
+	c, result, err := completeCandidate("local", decodeReview(t, reviewAs(t, "CREATE", fmt.Sprintf(configMap, "", "v1"), "", groups, nil)), declared.Manifest, nil)
 	require.NoError(t, err)
 	require.Empty(t, result)
 	size := candidateSize(&c)

@@ -46,7 +46,7 @@ func FuzzCandidate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		c, result, err := completeCandidate("fuzz", req, declared.Manifest)
+		c, result, err := completeCandidate("fuzz", req, declared.Manifest, nil)
 		switch result {
 		case "":
 		case resultInvalid, resultUserTooLarge:

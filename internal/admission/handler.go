@@ -65,6 +65,9 @@ type HandlerOptions struct {
 	Store CandidateStore
 	// Render is the declared form. Required.
 	Render Render
+	// SecretDigest, when set, is the keyed digest a Secret's create or update is recorded
+	// with (the watch gives the change the same one); without it no candidate is kept of them.
+	SecretDigest func(plain []byte) [32]byte
 	// MaxBodyBytes limits a review; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// InFlightBytes bounds the bodies being read and decoded at once (at least MaxBodyBytes);
@@ -279,7 +282,7 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
 // take turns what req claims into a candidate and queues it, without waiting: a full queue
 // (by count or by bytes) drops it and counts the loss.
 func (h *Handler) take(route string, req *admissionv1.AdmissionRequest) {
-	c, result, err := completeCandidate(route, req, h.opts.Render)
+	c, result, err := completeCandidate(route, req, h.opts.Render, h.opts.SecretDigest)
 	if result != "" {
 		h.opts.Metrics.reviews.WithLabelValues(result).Inc()
 		if err != nil {

@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,6 +207,25 @@ func TestSecretWritesRecordNoDigest(t *testing.T) {
 	require.Equal(t, "secrets", got.Resource)
 	require.Empty(t, got.Digest)
 	require.Equal(t, float64(2), f.result(resultIgnored))
+}
+
+// With a digest key, a Secret's create and update are recorded with the keyed digest of what
+// they write (the one the watch gives the change), never the plain SHA-256.
+func TestSecretWritesRecordAKeyedDigest(t *testing.T) {
+	keyed := func(plain []byte) [32]byte { return sha256.Sum256(append([]byte("key:"), plain...)) }
+	f := newFixture(t, func(o *HandlerOptions) { o.SecretDigest = keyed }, true)
+	secret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"app","namespace":"team","uid":"u-1","resourceVersion":"7"},"data":{"password":"aHVudGVyMg=="}}`
+	r := review("CREATE", "", secret, "", false)
+	r = strings.Replace(r, `"resource":"configmaps"`, `"resource":"secrets"`, 1)
+	f.allowed(t, strings.Replace(r, `"kind":"ConfigMap"`, `"kind":"Secret"`, 1))
+	require.Eventually(t, func() bool { return len(f.store.candidates()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	u := &unstructured.Unstructured{}
+	require.NoError(t, u.UnmarshalJSON([]byte(secret)))
+	plain, err := declared.Manifest(u)
+	require.NoError(t, err)
+	got := f.store.candidates()[0]
+	require.Equal(t, DigestOf(keyed(plain)), got.Digest)
+	require.NotEqual(t, Digest(plain), got.Digest)
 }
 
 func TestBadRequestsGetClearErrors(t *testing.T) {

@@ -69,7 +69,7 @@ func checkUser(u *audit.Identity) error {
 // object's uid, name and resourceVersion. result is "" for a candidate, else the outcome to
 // count (resultDryRun, resultIgnored, resultInvalid or resultUserTooLarge), with the reason
 // for the last two.
-func completeCandidate(route string, req *admissionv1.AdmissionRequest, render Render) (Candidate, string, error) {
+func completeCandidate(route string, req *admissionv1.AdmissionRequest, render Render, secretDigest func([]byte) [32]byte) (Candidate, string, error) {
 	if req.DryRun != nil && *req.DryRun {
 		return Candidate{}, resultDryRun, nil
 	}
@@ -79,11 +79,15 @@ func completeCandidate(route string, req *admissionv1.AdmissionRequest, render R
 		req.SubResource != "" && req.SubResource != "scale",
 		req.SubResource == "scale" && op != OpUpdate:
 		return Candidate{}, resultIgnored, nil
-	case req.Resource.Group == "" && req.Resource.Resource == "secrets" && op != OpDelete:
-		// A candidate keeps an unkeyed digest of what is written, which could be checked
-		// against guessed values: none is kept of a Secret (a webhook configured by hand may
-		// send them; kubescribe's own configuration never covers Secrets).
-		return Candidate{}, resultIgnored, nil
+	}
+	digest := Digest
+	if req.Resource.Group == "" && req.Resource.Resource == "secrets" && op != OpDelete {
+		if secretDigest == nil {
+			// A plain digest of what is written could be checked against guessed values:
+			// without a key, nothing is kept of a Secret's write.
+			return Candidate{}, resultIgnored, nil
+		}
+		digest = func(m []byte) string { return DigestOf(secretDigest(m)) }
 	}
 	c := Candidate{
 		Route: route, Group: req.Resource.Group, Resource: req.Resource.Resource, Subresource: req.SubResource,
@@ -100,7 +104,7 @@ func completeCandidate(route string, req *admissionv1.AdmissionRequest, render R
 	if err := checkUser(&c.User); err != nil {
 		return Candidate{}, resultUserTooLarge, err
 	}
-	if err := complete(&c, req.Object.Raw, req.OldObject.Raw, render); err != nil {
+	if err := complete(&c, req.Object.Raw, req.OldObject.Raw, render, digest); err != nil {
 		return Candidate{}, resultInvalid, err
 	}
 	return c, "", nil
@@ -116,7 +120,7 @@ type metaOnly struct {
 }
 
 // complete fills in c's uid, name, base resourceVersion and digest from the review's objects.
-func complete(c *Candidate, object, oldObj []byte, render Render) error {
+func complete(c *Candidate, object, oldObj []byte, render Render, digest func([]byte) string) error {
 	if c.Operation != OpCreate {
 		if len(oldObj) == 0 || string(oldObj) == "null" {
 			return errors.New("the review carries no oldObject")
@@ -167,7 +171,7 @@ func complete(c *Candidate, object, oldObj []byte, render Render) error {
 	if err != nil {
 		return fmt.Errorf("declared form: %w", err)
 	}
-	c.Digest = Digest(manifest)
+	c.Digest = digest(manifest)
 	return nil
 }
 

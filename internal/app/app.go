@@ -38,6 +38,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/keyspace"
 	"github.com/kubescribe/kubescribe/internal/ownership"
 	"github.com/kubescribe/kubescribe/internal/reviewhttp"
+	"github.com/kubescribe/kubescribe/internal/secretenc"
 	"github.com/kubescribe/kubescribe/internal/selftls"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -59,9 +60,12 @@ const (
 
 // App is a configured kubescribe, its listeners already bound.
 type App struct {
-	opts  Options
-	log   *slog.Logger
-	ready atomic.Bool
+	opts Options
+	log  *slog.Logger
+	// secretDigest is the keyed digest of Secrets' writes (Options.SecretDigestKey), nil
+	// without a key.
+	secretDigest func([]byte) [32]byte
+	ready        atomic.Bool
 	// life stops, newest first, every part that started.
 	life lifecycle
 
@@ -198,7 +202,15 @@ func New(opts Options) (_ *App, err error) {
 	src, _ := attribution.ParseSource(opts.AttributionSource) // validated above
 	a.joiner.SetSource(opts.ClusterName, src)
 	cursors := watch.NewCursorStore(a.rdb, prefix)
+	if opts.SecretDigestKey != nil {
+		d, err := secretenc.NewDigester(opts.SecretDigestKey) // Validate checked its size
+		if err != nil {
+			return nil, err
+		}
+		a.secretDigest = d.Sum
+	}
 	a.sources, err = watch.NewRegistry(watch.RegistryOptions{
+		SecretDigest:     a.secretDigest,
 		Render:           declared.Manifest,
 		Emit:             func(c watch.Change) { a.joiner.Join(c, a.router.Deliver) },
 		Logger:           a.log.With("component", "watch"),
@@ -393,6 +405,7 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	a.candidates, err = admission.NewHandler(admission.HandlerOptions{
 		Store:         a.store,
 		Render:        declared.Manifest,
+		SecretDigest:  a.secretDigest,
 		Auth:          auth,
 		MaxBodyBytes:  a.opts.AttributionMaxBodyBytes,
 		InFlightBytes: a.opts.AttributionInFlightBytes,
@@ -760,7 +773,8 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 		}
 		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
 	}
-	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces}, nil
+	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces,
+		Secrets: o.SecretDigestKey != nil}, nil
 }
 
 // inClusterNamespaceFile holds the namespace of the Pod's ServiceAccount.

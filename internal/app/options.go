@@ -23,6 +23,7 @@ import (
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
 	"github.com/kubescribe/kubescribe/internal/ownership"
+	"github.com/kubescribe/kubescribe/internal/secretenc"
 	"github.com/kubescribe/kubescribe/internal/selftls"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -58,7 +59,11 @@ type Options struct {
 	RedisUsername string
 	// RedisPassword is held in memory only, never logged.
 	RedisPassword string
-	RedisDB       int
+	// SecretDigestKey keys the digests kept of Secrets' writes (secretenc.Digester; at least
+	// 32 bytes, the same on every replica); nil: encrypted Secrets' creates and updates are
+	// unresolved. Held in memory only, never logged.
+	SecretDigestKey []byte
+	RedisDB         int
 	// RedisKeyPrefix is the prefix of every key (validated by keyspace.Parse).
 	RedisKeyPrefix string
 	// RedisTLS connects to Redis (and its Sentinels) over TLS, verifying its certificate
@@ -282,6 +287,9 @@ func (o *Options) Validate() error {
 	}
 	if !audit.ValidRoute(o.ClusterName) {
 		bad("ClusterName", "%q must be a DNS label (lower-case letters, digits and '-')", o.ClusterName)
+	}
+	if o.SecretDigestKey != nil && len(o.SecretDigestKey) < secretenc.MinDigestKeySize {
+		bad("SecretDigestKey", "is %d bytes; it needs at least %d", len(o.SecretDigestKey), secretenc.MinDigestKeySize)
 	}
 	if o.ShutdownDelay < 0 || o.ShutdownDelay >= o.ShutdownTimeout {
 		bad("ShutdownDelay", "%s must be at least 0 and below ShutdownTimeout (%s)", o.ShutdownDelay, o.ShutdownTimeout)

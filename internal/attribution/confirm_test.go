@@ -191,3 +191,19 @@ func TestJoinerSourceOptions(t *testing.T) {
 	_, err = NewJoiner(JoinerOptions{Facts: newFakeFacts(), Source: "guess"})
 	require.ErrorContains(t, err, `"guess" is not one of audit, admission, both`)
 }
+
+// On a cluster whose authors come from audit facts, a sealed Secret's update (its audit event
+// names no post-write version) is credited by the candidate with the same keyed digest; an
+// unsealed change there never reads candidates.
+func TestSealedSecretOnAnAuditClusterIsConfirmedByItsCandidate(t *testing.T) {
+	j, _, cands, out := startSourceJoiner(t, SourceAudit, time.Minute) // confirmed at once: no fact can come
+	keyed := sha256.Sum256([]byte("keyed digest of the plaintext"))
+	c := live(watch.OpUpdate, "8", []byte("sops document"))
+	c.Digest, c.SealedFor = keyed, []string{"age1x"}
+	cands.add("local", "u1", "8", cand("alice", admission.OpUpdate, admission.DigestOf(keyed)))
+	j.Join(c, func(a AttributedChange) { out <- a })
+	a := await(t, out)
+	require.True(t, a.Author.Resolved)
+	require.Equal(t, "alice", a.Author.Username)
+	require.Equal(t, "admission", a.Author.Source)
+}

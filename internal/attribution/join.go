@@ -427,6 +427,13 @@ func (j *Joiner) Wait(ctx context.Context) error {
 // abandoned is true for a change that gave up its long wait because the joiner is stopping.
 func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned bool) {
 	src := j.sourceOf(c.Cluster)
+	if len(c.SealedFor) > 0 && c.Digest != ([32]byte{}) && j.candidates != nil {
+		// A sealed Secret's create or update: its audit event (Metadata level) names no
+		// post-write version, so no fact can name its author; a candidate with the same keyed
+		// digest does, where the webhook covers Secrets. (A delete carries no digest: its fact
+		// names its uid.)
+		src = SourceAdmission
+	}
 	if c.Snapshot && !c.Resumed {
 		a, again := j.lookupListed(c, src)
 		if again {

@@ -31,6 +31,9 @@ type AttributionWebhookOptions struct {
 	ExcludeNamespaces []string
 	// Interval is how often the rules are compared with the streams in force; 0 means 5s.
 	Interval time.Duration
+	// Secrets covers the Secrets GitTargets encrypt: set when the webhook keeps keyed digests
+	// of their writes (a digest key is configured). Without it they are never sent.
+	Secrets bool
 }
 
 // attributionWebhookSync keeps the webhook configuration's rules equal to the resources and

@@ -280,20 +280,32 @@ func (c *Controller) resolveOnly(req ruleRequest) []watch.StreamSpec {
 	if source == nil {
 		return nil
 	}
-	// Secrets are left out: the webhook's candidates carry unkeyed digests of what is written.
-	res, err := source.Resolve(selectors(req.rules, false), req.namespacedOnly)
+	// Secrets only where the target encrypts them and the webhook keeps keyed digests.
+	seal := targetSealer(&t)
+	if !c.webhookCoversSecrets() {
+		seal = nil
+	}
+	res, err := source.Resolve(selectors(req.rules, seal != nil), req.namespacedOnly)
 	if err != nil {
 		return nil
 	}
-	specs, _ := streamSpecs(req, res, nil)
+	specs, _ := streamSpecs(req, res, seal)
 	return specs
 }
 
+// webhookCoversSecrets says whether the attribution webhook is sent the writes of the Secrets
+// GitTargets encrypt (AttributionWebhookOptions.Secrets).
+func (c *Controller) webhookCoversSecrets() bool {
+	return c.opts.AttributionWebhook != nil && c.opts.AttributionWebhook.Secrets
+}
+
 // want records the streams of the local cluster a rule asks for, whichever replica runs them
-// (nil: none), for the attribution webhook configuration: Secrets left out, since a candidate
-// carries an unkeyed digest of what is written.
+// (nil: none), for the attribution webhook configuration: Secrets left out unless the webhook
+// keeps keyed digests of their writes.
 func (c *Controller) want(owner string, specs []watch.StreamSpec) {
-	specs = slices.DeleteFunc(slices.Clone(specs), func(s watch.StreamSpec) bool { return watch.IsSecret(s.GVR) })
+	if !c.webhookCoversSecrets() {
+		specs = slices.DeleteFunc(slices.Clone(specs), func(s watch.StreamSpec) bool { return watch.IsSecret(s.GVR) })
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(specs) == 0 {

@@ -10,6 +10,8 @@
 package secretenc
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -106,3 +108,28 @@ func (e *Encrypter) Encrypt(plain []byte) ([]byte, error) {
 }
 
 func newStore() *sopsyaml.Store { return sopsyaml.NewStore(&config.YAMLStoreConfig{Indent: 2}) }
+
+// A Digester computes keyed digests (HMAC-SHA-256) of Secrets' declared forms: what the
+// admission tier and the watch compare to credit a Secret's write to its author, without a
+// digest anyone could check against guessed values. Its key must stay secret.
+type Digester struct{ key []byte }
+
+// MinDigestKeySize is the shortest digest key accepted, in bytes.
+const MinDigestKeySize = 32
+
+// NewDigester returns a Digester with key (at least MinDigestKeySize bytes), kept in memory.
+func NewDigester(key []byte) (*Digester, error) {
+	if len(key) < MinDigestKeySize {
+		return nil, fmt.Errorf("the digest key is %d bytes; it needs at least %d", len(key), MinDigestKeySize)
+	}
+	return &Digester{key: slices.Clone(key)}, nil
+}
+
+// Sum is the keyed digest of plain.
+func (d *Digester) Sum(plain []byte) [32]byte {
+	m := hmac.New(sha256.New, d.key)
+	m.Write(plain)
+	var out [32]byte
+	copy(out[:], m.Sum(nil))
+	return out
+}

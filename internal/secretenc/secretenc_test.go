@@ -128,3 +128,16 @@ func isEncrypted(file []byte) bool {
 	tree, err := newStore().LoadEncryptedFile(file)
 	return err == nil && tree.Metadata.MessageAuthenticationCode != ""
 }
+
+// A digest depends on its key: without the key, it cannot be checked against a guess.
+func TestDigestIsKeyed(t *testing.T) {
+	d1, err := NewDigester(bytes.Repeat([]byte{1}, 32))
+	require.NoError(t, err)
+	d2, err := NewDigester(bytes.Repeat([]byte{2}, 32))
+	require.NoError(t, err)
+	require.Equal(t, d1.Sum([]byte(secret)), d1.Sum([]byte(secret)))
+	require.NotEqual(t, d1.Sum([]byte(secret)), d2.Sum([]byte(secret)))
+	require.NotEqual(t, d1.Sum([]byte(secret)), d1.Sum([]byte(secret+" ")))
+	_, err = NewDigester(make([]byte, 16))
+	require.ErrorContains(t, err, "at least 32")
+}

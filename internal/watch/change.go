@@ -46,8 +46,9 @@ type Change struct {
 	// finalizers, is the resourceVersion it had before its deletionTimestamp was set (the
 	// version the DELETE request started from), when the informer saw that happen.
 	DeletionBaseResourceVersion string
-	// Digest is the SHA-256 of Manifest (zero for OpDelete, and for a sealed change):
-	// admission candidates carry the same digest of the object they would write.
+	// Digest is the SHA-256 of Manifest (zero for OpDelete): admission candidates carry the
+	// same digest of the object they would write. A sealed change's is the keyed digest of its
+	// plaintext form (RegistryOptions.SecretDigest), zero without a key.
 	Digest [32]byte
 	// Manifest is the declared form as stable YAML; nil for OpDelete. Read-only: it shares its
 	// memory with the informer's cached object.

@@ -118,6 +118,8 @@ type sharedInformer struct {
 	client    dynamic.Interface
 	resumable func(StreamID) bool
 	ctx       context.Context
+	// secretDigest is RegistryOptions.SecretDigest.
+	secretDigest func([]byte) [32]byte
 }
 
 func newSharedInformer(client dynamic.Interface, cluster string, key informerKey, opts RegistryOptions, synced func(types.NamespacedName), log *slog.Logger) *sharedInformer {
@@ -126,15 +128,16 @@ func newSharedInformer(client dynamic.Interface, cluster string, key informerKey
 		key:     key,
 		synced:  synced,
 
-		emit:      opts.Emit,
-		metrics:   opts.Metrics,
-		cursors:   opts.Cursors,
-		log:       log.With("resource", key.gvr.String(), "namespace", key.namespace),
-		subs:      map[types.NamespacedName]*subscription{},
-		done:      make(chan struct{}),
-		trailsDue: make(chan struct{}, 1),
-		client:    client,
-		resumable: opts.Resumable,
+		emit:         opts.Emit,
+		metrics:      opts.Metrics,
+		cursors:      opts.Cursors,
+		log:          log.With("resource", key.gvr.String(), "namespace", key.namespace),
+		subs:         map[types.NamespacedName]*subscription{},
+		done:         make(chan struct{}),
+		trailsDue:    make(chan struct{}, 1),
+		client:       client,
+		resumable:    opts.Resumable,
+		secretDigest: opts.SecretDigest,
 
 		versions: map[types.UID]string{},
 		held:     map[types.UID]string{},
@@ -491,7 +494,11 @@ func (s *sharedInformer) emitObjectLocked(sub *subscription, c Change) {
 				"objectNamespace", c.Namespace, "name", c.Name, "err", err)
 			return
 		}
-		c.Manifest, c.Digest, c.SealedFor = sealed, [32]byte{}, sub.seal.Recipients()
+		digest := [32]byte{}
+		if s.secretDigest != nil {
+			digest = s.secretDigest(c.Manifest) // keyed: it cannot be checked against guesses
+		}
+		c.Manifest, c.Digest, c.SealedFor = sealed, digest, sub.seal.Recipients()
 	}
 	s.emit(c)
 }

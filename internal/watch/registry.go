@@ -144,6 +144,10 @@ type RegistryOptions struct {
 	// DiscoveryRefresh is how often each cluster's discovery catalog is re-read when no CRD or
 	// APIService change triggered it sooner; DefaultDiscoveryRefresh when zero.
 	DiscoveryRefresh time.Duration
+	// SecretDigest, when set, gives a sealed change the keyed digest of its plaintext form as
+	// its Digest, the one the admission tier keeps of a Secret's write, so that its candidate
+	// can credit it; without it a sealed change has no digest.
+	SecretDigest func(plain []byte) [32]byte
 }
 
 // Registry holds the source clusters. The local cluster is its first entry; a remote cluster

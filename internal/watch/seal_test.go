@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"crypto/sha256"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -98,4 +99,21 @@ func TestCursorStoreRecordsSealedFor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, CursorEntry{UID: "uid-a", ResourceVersion: "7", Sealed: sealPrint(c.SealedFor)}, got.Objects["demo/a"])
 	require.NotEmpty(t, got.Objects["demo/a"].Sealed)
+}
+
+// With a digest key, a sealed change carries the keyed digest of its plaintext form, the one
+// the admission tier keeps of the write; never the plain SHA-256.
+func TestSealedChangeCarriesTheKeyedDigest(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
+		configMap("a", "1", map[string]any{"password": "hunter2"}))
+	keyed := func(plain []byte) [32]byte { return sha256.Sum256(append([]byte("key:"), plain...)) }
+	m, changes := startCluster(t, client, RegistryOptions{Cursors: &fakeCursors{}, SecretDigest: keyed})
+	target := types.NamespacedName{Namespace: "demo", Name: "t"}
+	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Seal: &fakeSealer{to: []string{"age1x"}}}})
+	got, _ := collectUntilSweep(t, changes)
+	plain, err := renderData(configMap("a", "1", map[string]any{"password": "hunter2"}))
+	require.NoError(t, err)
+	require.Equal(t, keyed(plain), got["a"].Digest)
+	require.NotEqual(t, sha256.Sum256(plain), got["a"].Digest)
 }

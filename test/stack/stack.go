@@ -127,6 +127,9 @@ type Stack struct {
 	// attribution webhook configuration, reached at its admission address with the control
 	// plane's CA.
 	ManageAttributionWebhook bool
+	// SecretDigestKey is kubescribe's digest key of Secrets' writes (--secret-digest-key-file)
+	// from its next in-process start on; nil: none.
+	SecretDigestKey []byte
 }
 
 // Start starts the stack and waits until kubescribe is ready.
@@ -257,6 +260,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	if s.AttributionSource != "" {
 		o.AttributionSource = s.AttributionSource
 	}
+	o.SecretDigestKey = s.SecretDigestKey
 	if s.ManageAttributionWebhook {
 		o.AttributionWebhookURL = "https://" + s.admissionAddr
 		o.AttributionWebhookCAFile = cp.Audit.ClientCAFile // the control plane's CA
