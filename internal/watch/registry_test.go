@@ -189,6 +189,23 @@ func startCluster(t *testing.T, client dynamic.Interface, opts RegistryOptions) 
 	return m, changes
 }
 
+// demoTarget is the GitTarget streamDemoConfigMaps streams to, demoStream its stream.
+var (
+	demoTarget = types.NamespacedName{Namespace: "demo", Name: "t"}
+	demoStream = StreamID{Cluster: "local", Target: demoTarget, GVR: configMaps, Namespace: "demo"}
+)
+
+// streamDemoConfigMaps runs a cluster over client (startCluster with opts) whose rule streams
+// namespace demo's ConfigMaps to demoTarget, sealed by seal when set; it returns the cluster's
+// changes once the stream's initial state was handed over, and that state's changes by name.
+func streamDemoConfigMaps(t *testing.T, client dynamic.Interface, opts RegistryOptions, seal Sealer) (chan Change, map[string]Change) {
+	t.Helper()
+	m, changes := startCluster(t, client, opts)
+	m.Set("demo/rule", "", []StreamSpec{{Target: demoTarget, GVR: configMaps, Namespace: "demo", Seal: seal}})
+	got, _ := collectUntilSweep(t, changes)
+	return changes, got
+}
+
 // TestReplaceAndRemoveCluster: a cluster whose clients are replaced (a rotated kubeconfig)
 // keeps its owners' streams, now fed by the new clients; a removed cluster stops emitting and
 // is forgotten.

@@ -229,15 +229,11 @@ func TestAStreamsInitialStateStartsItsRecordedTrail(t *testing.T) {
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("a", "4", map[string]any{"a": "1"}))
 	cursors := &fakeCursors{}
-	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
-	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
-	collectUntilSweep(t, changes)
+	streamDemoConfigMaps(t, client, RegistryOptions{Cursors: cursors}, nil)
 
-	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
 	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 1 }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, id, cursors.markedIDs()[0])
-	trail := cursors.trail(id) // written with the mark, not by a later tick
+	require.Equal(t, demoStream, cursors.markedIDs()[0])
+	trail := cursors.trail(demoStream) // written with the mark, not by a later tick
 	require.Len(t, trail, 1, "the cursor is marked known with its first position")
 	require.Equal(t, uint64(4), trail[0].RV, "the trail starts where the initial state was handed")
 }
@@ -270,11 +266,8 @@ func TestAStreamsFirstEventStartsItsTrail(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
 	cursors := &fakeCursors{}
-	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
-	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo"}})
-	collectUntilSweep(t, changes)
-	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
+	changes, _ := streamDemoConfigMaps(t, client, RegistryOptions{Cursors: cursors}, nil)
+	id := demoStream
 	require.Eventually(t, func() bool { return len(cursors.markedIDs()) == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Empty(t, cursors.trail(id), "nothing handled yet: no position")
 	_, err := client.Resource(configMaps).Namespace("demo").Create(context.Background(), configMap("b", "9", map[string]any{"b": "1"}), metav1.CreateOptions{})

@@ -38,12 +38,7 @@ func TestSealedStreamHandsOverOnlySealedForms(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("a", "1", map[string]any{"password": "hunter2"}))
-	m, changes := startCluster(t, client, RegistryOptions{Cursors: &fakeCursors{}})
-	seal := &fakeSealer{to: []string{"age1x"}}
-	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Seal: seal}})
-
-	got, _ := collectUntilSweep(t, changes)
+	changes, got := streamDemoConfigMaps(t, client, RegistryOptions{Cursors: &fakeCursors{}}, &fakeSealer{to: []string{"age1x"}})
 	a := got["a"]
 	require.True(t, strings.HasPrefix(string(a.Manifest), "sealed#"), "%s", a.Manifest)
 	require.NotContains(t, string(a.Manifest), "hunter2")
@@ -69,17 +64,12 @@ func TestSealedResumeKeepsFilesSealedForTheSameRecipients(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("same", "1", map[string]any{"k": "v"}), configMap("other", "2", map[string]any{"k": "v"}))
-	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	id := StreamID{Cluster: "local", Target: target, GVR: configMaps, Namespace: "demo"}
 	to := []string{"age1new"}
-	cursors := &fakeCursors{cursors: map[StreamID]Cursor{id: {Known: true, Objects: map[string]CursorEntry{
+	cursors := &fakeCursors{cursors: map[StreamID]Cursor{demoStream: {Known: true, Objects: map[string]CursorEntry{
 		"demo/same":  {UID: "uid-same", ResourceVersion: "1", Sealed: sealPrint(to)},
 		"demo/other": {UID: "uid-other", ResourceVersion: "2", Sealed: sealPrint([]string{"age1old"})},
 	}}}}
-	m, changes := startCluster(t, client, RegistryOptions{Cursors: cursors})
-	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Seal: &fakeSealer{to: to}}})
-
-	got, _ := collectUntilSweep(t, changes)
+	_, got := streamDemoConfigMaps(t, client, RegistryOptions{Cursors: cursors}, &fakeSealer{to: to})
 	same := got["same"]
 	require.True(t, same.Snapshot && same.Unchanged && same.IfMissing, "%+v", same)
 	other := got["other"]
@@ -108,10 +98,7 @@ func TestSealedChangeCarriesTheKeyedDigest(t *testing.T) {
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"},
 		configMap("a", "1", map[string]any{"password": "hunter2"}))
 	keyed := func(plain []byte) [32]byte { return sha256.Sum256(append([]byte("key:"), plain...)) }
-	m, changes := startCluster(t, client, RegistryOptions{Cursors: &fakeCursors{}, SecretDigest: keyed})
-	target := types.NamespacedName{Namespace: "demo", Name: "t"}
-	m.Set("demo/rule", "", []StreamSpec{{Target: target, GVR: configMaps, Namespace: "demo", Seal: &fakeSealer{to: []string{"age1x"}}}})
-	got, _ := collectUntilSweep(t, changes)
+	_, got := streamDemoConfigMaps(t, client, RegistryOptions{Cursors: &fakeCursors{}, SecretDigest: keyed}, &fakeSealer{to: []string{"age1x"}})
 	plain, err := renderData(configMap("a", "1", map[string]any{"password": "hunter2"}))
 	require.NoError(t, err)
 	require.Equal(t, keyed(plain), got["a"].Digest)
