@@ -19,7 +19,13 @@ func TestParseFlags(t *testing.T) {
 	require.Equal(t, "team:ks:", opts.RedisKeyPrefix) // validated and trimmed by app.Options
 	require.Equal(t, "local", opts.ClusterName)
 
-	for _, bad := range [][]string{{"--log-format=xml"}, {"--log-level=loud"}, {"stray"}, {"--redis-password-file=/nonexistent"}} {
+	key := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef\n"), 0o600))
+	opts, _, err = parseFlags([]string{"--secret-digest-key-file=" + key})
+	require.NoError(t, err)
+	require.Equal(t, []byte("0123456789abcdef0123456789abcdef"), opts.SecretDigestKey, "read into memory, the newline trimmed")
+
+	for _, bad := range [][]string{{"--log-format=xml"}, {"--log-level=loud"}, {"stray"}, {"--redis-password-file=/nonexistent"}, {"--secret-digest-key-file=/nonexistent"}} {
 		_, _, err := parseFlags(bad)
 		require.Error(t, err, bad)
 	}
