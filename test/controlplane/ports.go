@@ -7,31 +7,63 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
+
+// handedOut holds every port FreePorts has returned in this process. A caller often picks a
+// port, lets it go, and binds it only later (a server started after its flags are written, one
+// bound again after a restart): the port is free in the meantime, and without this record a
+// later pick could hand it out a second time (a CI run's kubescribe found its metrics port taken
+// by its own audit listener, both picked by separate FreeAddr calls).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // FreePorts returns n distinct TCP ports on 127.0.0.1 where nothing listens now. They are
 // chosen below the kernel's ephemeral range (net.ipv4.ip_local_port_range), from which it
 // picks the local port of every outgoing connection: a server that binds its port again after
 // a restart (Redis, the audit endpoint, kubescribe's admission webhook) would otherwise find
 // it taken, now and then, by a client's connection. All listeners stay open until every port
-// is chosen, so no port is returned twice.
+// is chosen, and no port this process was handed before is returned again, by this call or
+// any later one.
 func FreePorts(n int) ([]int, error) {
 	lo, hi := fixedPortRange()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	ports := make([]int, 0, n)
 	for range n {
 		var l net.Listener
-		var err error
 		for try := 0; l == nil; try++ {
 			addr := "127.0.0.1:0"
-			if hi > lo && try < 100 {
-				addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+			if hi > lo && try < 1000 {
+				port := lo + rand.IntN(hi-lo)
+				if handedOut.ports[port] {
+					continue
+				}
+				addr = "127.0.0.1:" + strconv.Itoa(port)
 			}
-			if l, err = net.Listen("tcp", addr); err != nil && addr == "127.0.0.1:0" {
-				return nil, fmt.Errorf("pick a free port: %w", err)
+			var err error
+			if l, err = net.Listen("tcp", addr); err != nil {
+				l = nil
+				if addr == "127.0.0.1:0" {
+					return nil, fmt.Errorf("pick a free port: %w", err)
+				}
+				continue
+			}
+			if port := l.Addr().(*net.TCPAddr).Port; handedOut.ports[port] {
+				// The kernel's pick, handed out before and free again.
+				_ = l.Close()
+				l = nil
+				if try > 2000 {
+					return nil, fmt.Errorf("pick a free port: every free port was handed out before")
+				}
 			}
 		}
 		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		handedOut.ports[port] = true
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -28,6 +28,18 @@ func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
 	}
 }
 
+// A port once handed out is never handed out again, though it was let go at once: a caller that
+// binds it later finds it still its own.
+func TestFreeAddrNeverRepeatsAPort(t *testing.T) {
+	seen := map[string]bool{}
+	for range 300 {
+		addr, err := FreeAddr()
+		require.NoError(t, err)
+		require.False(t, seen[addr], "%s handed out twice", addr)
+		seen[addr] = true
+	}
+}
+
 // A range given in KUBESCRIBE_TEST_PORT_RANGE narrows the default one; one outside it, too small
 // or malformed is ignored.
 func TestPortRangeEnvNarrowsTheRange(t *testing.T) {
