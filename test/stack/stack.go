@@ -2,7 +2,7 @@
 // plane of test/controlplane, kubescribe's CRDs and RBAC from deploy/ installed into it, and
 // kubescribe itself in-process (through internal/app, as cmd/server runs it), authenticated as
 // the token user "kubescribe" bound to deploy/base/rbac.yaml's ClusterRole, deploy/components/
-// managed/rbac-attribution-webhook.yaml's, and a test-only ClusterRole reading every resource.
+// attribution-webhook/rbac.yaml's, and a test-only ClusterRole reading every resource.
 package stack
 
 import (
@@ -522,10 +522,10 @@ func (s *Stack) install(ctx context.Context) error {
 const TestUserMirrorRole = "kubescribe-e2e-read-everything"
 
 // grantTestUser binds the token user "kubescribe" to deploy/base/rbac.yaml's ClusterRole, to
-// deploy/components/managed/rbac-attribution-webhook.yaml's (for the tests that let kubescribe
+// deploy/components/attribution-webhook/rbac.yaml's (for the tests that let kubescribe
 // manage the attribution webhook) and to TestUserMirrorRole.
 func (s *Stack) grantTestUser(ctx context.Context, kube kubernetes.Interface, root string) error {
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "components", "managed", "rbac-attribution-webhook.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "components", "attribution-webhook", "rbac.yaml"))
 	if err != nil {
 		return err
 	}
@@ -538,14 +538,14 @@ func (s *Stack) grantTestUser(ctx context.Context, kube kubernetes.Interface, ro
 		if err := dec.Decode(&cr); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return fmt.Errorf("rbac-attribution-webhook.yaml: %w", err)
+			return fmt.Errorf("deploy/components/attribution-webhook/rbac.yaml: %w", err)
 		}
 		if cr.Kind == "ClusterRole" {
 			webhookRole = &cr
 		}
 	}
 	if webhookRole == nil {
-		return errors.New("rbac-attribution-webhook.yaml holds no ClusterRole")
+		return errors.New("deploy/components/attribution-webhook/rbac.yaml holds no ClusterRole")
 	}
 	webhookRole.ResourceVersion = ""
 	roles := []*rbacv1.ClusterRole{webhookRole, {
