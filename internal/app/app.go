@@ -773,8 +773,9 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 		}
 		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
 	}
+	src, _ := attribution.ParseSource(o.AttributionSource) // validated
 	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces,
-		Secrets: o.SecretDigestKey != nil}, nil
+		Secrets: o.SecretDigestKey != nil, SecretsOnly: src == attribution.SourceAudit}, nil
 }
 
 // inClusterNamespaceFile holds the namespace of the Pod's ServiceAccount.

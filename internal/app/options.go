@@ -411,6 +411,10 @@ func (o *Options) Validate() error {
 		case o.AdmissionListenAddress == "":
 			bad("AttributionWebhookURL/AttributionWebhookService", "need the admission listener (AdmissionListenAddress)")
 		}
+		if src, err := attribution.ParseSource(o.AttributionSource); err == nil && src == attribution.SourceAudit && o.SecretDigestKey == nil {
+			// The webhook then serves only what audit events cannot: Secrets' authors.
+			bad("AttributionWebhookURL/AttributionWebhookService", "with AttributionSource audit serve only the writes of encrypted Secrets, which need SecretDigestKey: set it, or the source admission or both")
+		}
 	}
 	if o.ControllerWorkers <= 0 {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)

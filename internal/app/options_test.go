@@ -66,8 +66,14 @@ func TestValidate(t *testing.T) {
 		{name: "admission source without the listener", mutate: func(o *Options) { o.AttributionSource, o.AdmissionListenAddress = "both", "" }, wantErr: "needs the admission listener"},
 		{name: "candidate ttl shorter than grace", mutate: func(o *Options) { o.CandidateTTL = o.AttributionGrace / 2 }, wantErr: "CandidateTTL"},
 		{name: "managed webhook", mutate: func(o *Options) {
-			o.AttributionWebhookService, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "ca.crt"
+			o.AttributionWebhookService, o.AttributionWebhookCAFile, o.AttributionSource = "kubescribe/kubescribe", "ca.crt", "admission"
 		}},
+		{name: "managed webhook for Secrets' authors", mutate: func(o *Options) {
+			o.AttributionWebhookService, o.AttributionWebhookCAFile, o.SecretDigestKey = "kubescribe/kubescribe", "ca.crt", make([]byte, 32)
+		}},
+		{name: "managed webhook with audit and no digest key", mutate: func(o *Options) {
+			o.AttributionWebhookService, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "ca.crt"
+		}, wantErr: "serve only the writes of encrypted Secrets, which need SecretDigestKey"},
 		{name: "managed webhook two ways", mutate: func(o *Options) {
 			o.AttributionWebhookService, o.AttributionWebhookURL, o.AttributionWebhookCAFile = "kubescribe/kubescribe", "https://h", "ca.crt"
 		}, wantErr: "are exclusive"},
@@ -75,7 +81,7 @@ func TestValidate(t *testing.T) {
 		{name: "self-managed TLS", mutate: func(o *Options) {
 			o.TLSCertFile, o.TLSKeyFile, o.TLSSelfManagedSecret = "", "", "kubescribe/kubescribe-tls"
 			o.TLSSelfManagedExtraSANs = []string{"10.96.0.50", "kubescribe.example.com"}
-			o.AttributionWebhookService = "kubescribe/kubescribe-admission"
+			o.AttributionWebhookService, o.AttributionSource = "kubescribe/kubescribe-admission", "both"
 		}},
 		{name: "self-managed TLS and certificate files", mutate: func(o *Options) { o.TLSSelfManagedSecret = "kubescribe/tls" },
 			wantErr: "TLSSelfManagedSecret excludes TLSCertFile"},

@@ -34,6 +34,11 @@ type AttributionWebhookOptions struct {
 	// Secrets covers the Secrets GitTargets encrypt: set when the webhook keeps keyed digests
 	// of their writes (a digest key is configured). Without it they are never sent.
 	Secrets bool
+	// SecretsOnly leaves every other resource out: set when the cluster's authors come from
+	// audit events (--attribution-source=audit), which credit everything but the creates and
+	// updates of Secrets kept at the Metadata level. The apiserver then calls the webhook for
+	// Secrets' writes only.
+	SecretsOnly bool
 }
 
 // attributionWebhookSync keeps the webhook configuration's rules equal to the resources and
@@ -81,6 +86,9 @@ func (w *attributionWebhookSync) desired() *admissionregistrationv1.ValidatingWe
 	ops := map[gr][]string{}
 	all := map[gr]bool{}
 	for _, s := range w.streams() {
+		if w.opts.SecretsOnly && !watch.IsSecret(s.GVR) {
+			continue
+		}
 		k := gr{s.GVR.Group, s.GVR.Resource}
 		if len(s.Operations) == 0 {
 			all[k] = true

@@ -78,3 +78,33 @@ func TestAttributionWebhookFollowsTheStreams(t *testing.T) {
 	_, err = vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err))
 }
+
+// With SecretsOnly (authors from audit events), the webhook covers the watched Secrets and
+// nothing else, and it is deleted when no Secret is watched, whatever else is.
+func TestAttributionWebhookSecretsOnly(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewSimpleClientset()
+	url := "https://kubescribe.example:9443/validate/attribution/local"
+	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	streams := []watch.StreamSpec{{GVR: cm, Namespace: "a"}, {GVR: secrets, Namespace: "a"}}
+	w := &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return streams },
+		opts: AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")},
+			Secrets: true, SecretsOnly: true}}
+	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+
+	require.NoError(t, w.sync(ctx))
+	v, err := vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+	require.NoError(t, err)
+	var resources []string
+	for _, r := range v.Webhooks[0].Rules {
+		resources = append(resources, r.Resources...)
+	}
+	require.NotContains(t, resources, "configmaps")
+	require.Contains(t, resources, "secrets")
+
+	streams = streams[:1] // ConfigMaps only: nothing for the webhook
+	require.NoError(t, w.sync(ctx))
+	_, err = vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+}
