@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/app"
@@ -674,16 +675,22 @@ func apply(ctx context.Context, cfg *rest.Config, manifests []byte, dryRun []str
 		}
 		// An object that exists is updated: looked up first, as kubectl apply does, since a
 		// create can fail on something else before it finds the name taken (a Service's
-		// clusterIP, already allocated to the Service itself).
-		cur, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
-		switch {
-		case err == nil:
-			u.SetResourceVersion(cur.GetResourceVersion())
-			_, err = ri.Update(ctx, u, metav1.UpdateOptions{DryRun: dryRun})
-		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
-			// A user who may create but not read (a CommitRequest's author) creates.
-			_, err = ri.Create(ctx, u, metav1.CreateOptions{DryRun: dryRun})
-		}
+		// clusterIP, already allocated to the Service itself). A conflict (the object written
+		// meanwhile: a controller's status, kubescribe keeping a webhook's caBundle in step) is
+		// retried on the version found then.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+			switch {
+			case err == nil:
+				u.SetResourceVersion(cur.GetResourceVersion())
+				_, err = ri.Update(ctx, u, metav1.UpdateOptions{DryRun: dryRun})
+			case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+				// A user who may create but not read (a CommitRequest's author) creates.
+				u.SetResourceVersion("")
+				_, err = ri.Create(ctx, u, metav1.CreateOptions{DryRun: dryRun})
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
 		}
