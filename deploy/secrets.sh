@@ -3,8 +3,12 @@
 # OVERLAY_DIR/secrets/ (ignored by Git), so that `kubectl apply -k OVERLAY_DIR` finds them. Only
 # the files the overlay's kustomization.yaml names (secrets/<file>) are made, and a file that
 # exists is left alone: run it again after adding a component, or delete a file to make it anew.
+# An overlay built on another (resources: ../quickstart) reads that one's files too: run the
+# script on both.
 #
 #   redis-password, audit-token, admission-token   32 random bytes, hex (openssl rand -hex 32)
+#   secret-digest-key                              the same: the key of the digests of Secrets'
+#                                                  writes (deploy/components/secret-digest-key)
 #
 # No certificate: the overlays' TLS is kubescribe's own (deploy/components/self-managed-tls) or
 # cert-manager's. Nothing here is sent anywhere; keep the folder as you would keep the
@@ -31,7 +35,7 @@ for f in $wanted; do
 		continue
 	fi
 	case $f in
-	redis-password | audit-token | admission-token)
+	redis-password | audit-token | admission-token | secret-digest-key)
 		openssl rand -hex 32 >"$dir/$f"
 		echo "wrote $dir/$f"
 		;;
