@@ -113,7 +113,9 @@ func Objects(stream []byte) ([]*unstructured.Unstructured, error) {
 // BuildOverlay copies root's deploy/ into dir, makes the secrets/ files of the overlay named
 // (a folder under deploy/overlays) with deploy/secrets.sh, and builds it. With kustomization
 // set, the overlay is that kustomization.yaml, written into deploy/overlays/<name> of the copy
-// first (an overlay of DocOverlays).
+// first (an overlay of DocOverlays); the secrets/ files of the overlays of deploy/overlays its
+// resources build on (`../quickstart`) are made first, as the user made them when installing
+// that overlay.
 func BuildOverlay(root, dir, name string, kustomization []byte, env ...string) ([]*unstructured.Unstructured, error) {
 	deployDir, err := Copy(root, dir)
 	if err != nil {
@@ -121,6 +123,15 @@ func BuildOverlay(root, dir, name string, kustomization []byte, env ...string) (
 	}
 	overlay := filepath.Join(deployDir, "overlays", name)
 	if kustomization != nil {
+		bases, err := baseOverlays(kustomization)
+		if err != nil {
+			return nil, fmt.Errorf("overlay %s: %w", name, err)
+		}
+		for _, base := range bases {
+			if err := MakeSecrets(deployDir, filepath.Join(deployDir, "overlays", base), env...); err != nil {
+				return nil, err
+			}
+		}
 		if err := os.MkdirAll(overlay, 0o755); err != nil {
 			return nil, err
 		}
@@ -129,6 +140,24 @@ func BuildOverlay(root, dir, name string, kustomization []byte, env ...string) (
 		}
 	}
 	return BuildIn(deployDir, overlay, env...)
+}
+
+// baseOverlays are the overlays of deploy/overlays (Overlays) a kustomization next to them
+// names among its resources (`../quickstart`).
+func baseOverlays(kustomization []byte) ([]string, error) {
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(kustomization, &k); err != nil {
+		return nil, err
+	}
+	var bases []string
+	for _, r := range k.Resources {
+		if base, ok := strings.CutPrefix(r, "../"); ok && slices.Contains(Overlays, base) {
+			bases = append(bases, base)
+		}
+	}
+	return bases, nil
 }
 
 // docOverlay marks, in docs/install.md, the YAML block that follows as an overlay the tests
@@ -369,38 +398,7 @@ func MonitoringDocOverlays(root string) (map[string][]byte, error) {
 
 // BuildOnOverlays is BuildOverlay for a kustomization whose resources include overlays of
 // deploy/overlays (`../quickstart`): their secrets/ files are made first, as the user made
-// them when installing that overlay.
+// them when installing that overlay. BuildOverlay does the same.
 func BuildOnOverlays(root, dir, name string, kustomization []byte) ([]*unstructured.Unstructured, error) {
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	if err := yaml.Unmarshal(kustomization, &k); err != nil {
-		return nil, err
-	}
-	deployDir, err := Copy(root, dir)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range k.Resources {
-		if base, ok := strings.CutPrefix(r, "../"); ok && slices.Contains(Overlays, base) {
-			if err := MakeSecrets(deployDir, filepath.Join(deployDir, "overlays", base)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	overlay := filepath.Join(deployDir, "overlays", name)
-	if err := os.MkdirAll(overlay, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), kustomization, 0o644); err != nil {
-		return nil, err
-	}
-	if bytes.Contains(kustomization, []byte("secrets/")) {
-		return BuildIn(deployDir, overlay)
-	}
-	stream, err := Build(overlay)
-	if err != nil {
-		return nil, err
-	}
-	return Objects(stream)
+	return BuildOverlay(root, dir, name, kustomization)
 }
