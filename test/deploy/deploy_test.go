@@ -70,8 +70,12 @@ type want struct {
 	webhook string
 	// selfManaged: kubescribe keeps its own certificates in a Secret (components/self-managed-tls).
 	selfManaged bool
-	// attributionRBAC: the attribution webhook's ClusterRole is in the build.
+	// attributionRBAC: the attribution webhook's ClusterRole is in the build, and kubescribe
+	// registers the webhook (--attribution-webhook-service): components/attribution-webhook.
 	attributionRBAC bool
+	// secretDigestKey: kubescribe reads the digest key of Secrets' writes from the Secret
+	// kubescribe-secret-digest-key the build generates (components/secret-digest-key).
+	secretDigestKey bool
 	// redisAddr, when set, is a Redis of the installation's own: no Redis in the build.
 	redisAddr string
 }
@@ -80,22 +84,25 @@ var overlayWants = map[string]want{
 	"quickstart": {
 		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
 			"--tls-self-managed-secret=kubescribe/kubescribe-tls", "--tls-self-managed-webhooks=kubescribe-commitrequests"},
-		noArgs:      []string{"--audit-client-ca-file", "--admission-client-ca-file", "--attribution-source", "--attribution-webhook-service", "--tls-cert-file"},
+		noArgs: []string{"--audit-client-ca-file", "--admission-client-ca-file", "--attribution-source", "--attribution-webhook-service", "--tls-cert-file",
+			"--secret-digest-key-file"},
 		webhook:     "self-managed",
 		selfManaged: true,
 	},
 	"cert-manager": {
 		args: []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--audit-client-cert-routes=kube-apiserver-local=local",
 			"--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
-		noArgs:  []string{"--audit-token-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service", "--tls-self-managed-secret"},
+		noArgs: []string{"--audit-token-file", "--admission-token-file", "--attribution-source", "--attribution-webhook-service", "--tls-self-managed-secret",
+			"--secret-digest-key-file"},
 		webhook: "cert-manager",
 	},
 	"managed": {
 		args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
 			"--attribution-source=admission", "--attribution-webhook-service=kubescribe/kubescribe-admission",
-			"--tls-self-managed-secret=kubescribe/kubescribe-tls"},
+			"--tls-self-managed-secret=kubescribe/kubescribe-tls", "--secret-digest-key-file=/etc/kubescribe/secret-digest/key"},
 		noArgs:          []string{"--admission-client-ca-file", "--audit-client-ca-file", "--attribution-webhook-ca-file", "--tls-cert-file"},
 		attributionRBAC: true,
+		secretDigestKey: true,
 		selfManaged:     true,
 	},
 }
@@ -111,10 +118,24 @@ func TestDocOverlaysBuild(t *testing.T) {
 		"managed-cert-manager": {want{
 			args: []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--audit-client-cert-routes=kube-apiserver-local=local",
 				"--admission-token-file=/etc/kubescribe/admission/token", "--attribution-source=admission",
-				"--attribution-webhook-service=kubescribe/kubescribe-admission", "--attribution-webhook-ca-file=/etc/kubescribe/tls/ca.crt"},
+				"--attribution-webhook-service=kubescribe/kubescribe-admission", "--attribution-webhook-ca-file=/etc/kubescribe/tls/ca.crt",
+				"--secret-digest-key-file=/etc/kubescribe/secret-digest/key"},
 			noArgs:          []string{"--audit-token-file", "--admission-client-ca-file"},
 			attributionRBAC: true,
+			secretDigestKey: true,
 		}, "registry.example.com/platform/kubescribe:0.1.0", "registry.example.com/mirror/redis:7.4"},
+		// The quickstart with Secrets' authors (docs/install.md#secret-authors): authors from
+		// audit events, the webhook for Secrets only.
+		"secret-authors": {want{
+			args: []string{"--audit-token-file=/etc/kubescribe/audit/token", "--admission-token-file=/etc/kubescribe/admission/token",
+				"--tls-self-managed-secret=kubescribe/kubescribe-tls", "--tls-self-managed-webhooks=kubescribe-commitrequests",
+				"--attribution-webhook-service=kubescribe/kubescribe-admission", "--secret-digest-key-file=/etc/kubescribe/secret-digest/key"},
+			noArgs:          []string{"--audit-client-ca-file", "--admission-client-ca-file", "--attribution-source", "--attribution-webhook-ca-file", "--tls-cert-file"},
+			webhook:         "self-managed",
+			selfManaged:     true,
+			attributionRBAC: true,
+			secretDigestKey: true,
+		}, "kubescribe:dev", "redis:7"},
 		"own-redis": {want{
 			args:      []string{"--audit-client-ca-file=/etc/kubescribe/audit/ca.crt", "--admission-client-ca-file=/etc/kubescribe/admission/ca.crt"},
 			noArgs:    []string{"--audit-token-file", "--attribution-source"},
@@ -276,6 +297,9 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 	// Secrets only in the self-managed TLS Role of kubescribe's namespace: its own Secret by
 	// name, and create (which RBAC cannot limit by name) in that namespace only.
 	require.Equal(t, w.attributionRBAC, Find(objs, "ClusterRole", "kubescribe-attribution-webhook") != nil)
+	require.Equal(t, w.attributionRBAC, slices.Contains(c.Args, "--attribution-webhook-service=kubescribe/kubescribe-admission"),
+		"the webhook registered by kubescribe and its RBAC go together: %q", c.Args)
+	checkSecretDigestKey(t, objs, dep, files, w.secretDigestKey)
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
@@ -300,6 +324,39 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 	}
 }
 
+// checkSecretDigestKey: with the key (components/secret-digest-key), kubescribe reads it from
+// the Secret kubescribe-secret-digest-key the build generates, mounted read-only, 32 random
+// bytes in hex; without it, nothing of it is in the build.
+func checkSecretDigestKey(t *testing.T, objs []*unstructured.Unstructured, dep *unstructured.Unstructured, files map[string][]byte, want bool) {
+	t.Helper()
+	const file = "/etc/kubescribe/secret-digest/key"
+	c, volumes, err := Container(dep, "kubescribe")
+	require.NoError(t, err)
+	var secret *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Secret" && strings.HasPrefix(o.GetName(), "kubescribe-secret-digest-key") {
+			require.Nil(t, secret, "two Secrets kubescribe-secret-digest-key")
+			secret = o
+		}
+	}
+	if !want {
+		require.NotContains(t, c.Args, "--secret-digest-key-file="+file)
+		require.NotContains(t, files, file)
+		require.Nil(t, secret)
+		return
+	}
+	require.Contains(t, c.Args, "--secret-digest-key-file="+file)
+	require.NotNil(t, secret, "the Secret kubescribe-secret-digest-key is generated")
+	require.Equal(t, namespace, secret.GetNamespace())
+	i := slices.IndexFunc(volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == secret.GetName() })
+	require.GreaterOrEqual(t, i, 0, "no volume of the Secret %s", secret.GetName())
+	j := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volumes[i].Name })
+	require.GreaterOrEqual(t, j, 0, "the volume %s is not mounted", volumes[i].Name)
+	require.True(t, c.VolumeMounts[j].ReadOnly)
+	require.Equal(t, "/etc/kubescribe/secret-digest", c.VolumeMounts[j].MountPath)
+	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}\n$`), string(files[file]))
+}
+
 func checkRedis(t *testing.T, objs []*unstructured.Unstructured, redis *unstructured.Unstructured, files map[string][]byte, redisImage string) {
 	t.Helper()
 	require.NotNil(t, redis)
@@ -318,8 +375,8 @@ func checkRedis(t *testing.T, objs []*unstructured.Unstructured, redis *unstruct
 	require.NotNil(t, Find(objs, "NetworkPolicy", "kubescribe-redis"))
 }
 
-// TestSecretsScript: deploy/secrets.sh makes what the overlay reads (tokens and Redis' password:
-// no certificate, kubescribe makes its own), owner-only, and changes nothing when run again; an
+// TestSecretsScript: deploy/secrets.sh makes what the overlay reads (tokens, Redis' password, the
+// digest key of Secrets' writes: no certificate, kubescribe makes its own), owner-only, and changes nothing when run again; an
 // overlay that reads a certificate from secrets/ is told where certificates come from now.
 func TestSecretsScript(t *testing.T) {
 	deployDir, err := Copy(root, t.TempDir())
@@ -357,6 +414,16 @@ func TestSecretsScript(t *testing.T) {
 	for name, b := range before {
 		require.True(t, bytes.Equal(b, read(name)), name)
 	}
+
+	// The managed overlay reads the digest key of Secrets' writes too.
+	managed := filepath.Join(deployDir, "overlays", "managed")
+	require.NoError(t, MakeSecrets(deployDir, managed))
+	key, err := os.ReadFile(filepath.Join(managed, "secrets", "secret-digest-key"))
+	require.NoError(t, err)
+	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}\n$`), string(key))
+	info, err := os.Stat(filepath.Join(managed, "secrets", "secret-digest-key"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
 
 	// An overlay of one's own that still reads a certificate from secrets/.
 	own := filepath.Join(deployDir, "overlays", "own")
