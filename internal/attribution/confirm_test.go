@@ -138,6 +138,46 @@ func TestCandidatesOfTwoUsersAreUnresolved(t *testing.T) {
 	require.Equal(t, UnresolvedUsername, a.Author.Username)
 }
 
+// A second user's candidate of the same write stored just after the write was watched (its
+// webhook call slower than the first user's) still makes it ambiguous: a confirmation by one
+// user waits DefaultCandidateSettle after the event before it is final.
+func TestACandidateRecordedJustAfterTheEventStillCounts(t *testing.T) {
+	j, _, cands, out := startSourceJoiner(t, SourceAdmission, time.Minute)
+	digest := admission.Digest(manifestV2)
+	cands.add("local", "u1", "8", cand("mallory", admission.OpUpdate, digest))
+	c := live(watch.OpUpdate, "8", manifestV2)
+	c.Observed = time.Now()
+	j.Join(c, func(a AttributedChange) { out <- a })
+	select {
+	case a := <-out:
+		t.Fatalf("emitted before the candidates settled: %+v", a.Author)
+	case <-time.After(DefaultCandidateSettle / 4):
+	}
+	cands.add("local", "u1", "8", cand("bob", admission.OpUpdate, digest))
+	a := await(t, out)
+	require.False(t, a.Author.Resolved, "credited to %s", a.Author.Username)
+	require.Equal(t, UnresolvedUsername, a.Author.Username)
+
+}
+
+// The settle is counted from the change's event, not from Join: a change seen settle ago is
+// credited at once (here a settle of an hour: await gives up after seconds).
+func TestCandidateSettleCountsFromTheEvent(t *testing.T) {
+	facts := newFakeFacts()
+	cands := &fakeCandidates{facts: facts}
+	j, err := NewJoiner(JoinerOptions{Facts: facts, Candidates: cands, Grace: 2 * time.Hour, CandidateSettle: time.Hour, Source: SourceAdmission})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = j.Run(ctx) }()
+	out := make(chan AttributedChange, 1)
+	cands.add("local", "u1", "8", cand("bob", admission.OpUpdate, admission.Digest(manifestV2)))
+	c := live(watch.OpUpdate, "8", manifestV2)
+	c.Observed = time.Now().Add(-time.Hour)
+	j.Join(c, func(a AttributedChange) { out <- a })
+	require.Equal(t, "bob", await(t, out).Author.Username)
+}
+
 func TestUnconfirmedIsUnresolvedAfterGrace(t *testing.T) {
 	j, _, _, out := startSourceJoiner(t, SourceAdmission, 50*time.Millisecond)
 	j.Join(live(watch.OpUpdate, "8", manifestV2), func(a AttributedChange) { out <- a })

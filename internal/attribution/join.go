@@ -38,6 +38,16 @@ const DefaultGrace = 5 * time.Second
 // (30s each, a node gone) can stretch it to DefaultFactMaxDelay.
 const DefaultResumeGrace = 130 * time.Second
 
+// DefaultCandidateSettle is how long after a change's watch event a confirmation by one user's
+// admission candidates waits before it is final. A candidate is stored before the apiserver
+// admits the write it names, but the apiserver calls the webhooks of concurrent requests in
+// parallel and proceeds without a call that fails or times out (failurePolicy Ignore): the
+// candidate of a second user sending the same write (the real author's, when its own call was
+// slow) can be stored just after the first one's write is watched. Waiting this long, and
+// looking again, makes such a race ambiguous (unresolved) instead of crediting whichever
+// candidate came first. Admission-attributed changes are emitted this much later.
+const DefaultCandidateSettle = time.Second
+
 // lookupTimeout bounds one Redis lookup so a hung connection cannot hold a change past its grace.
 const lookupTimeout = 2 * time.Second
 
@@ -73,6 +83,10 @@ type JoinerOptions struct {
 	// be retrying (Store.WaitingSince), so that a restart does not start the wait over; nil:
 	// each process starts it when it sees the change.
 	WaitClock waitClock
+	// CandidateSettle is how long after its watch event a change confirmed by one user's
+	// candidates waits before that is final (DefaultCandidateSettle says why); <= 0 means
+	// DefaultCandidateSettle. It is never longer than Grace.
+	CandidateSettle time.Duration
 }
 
 // deliveryDoubt is what the joiner needs to know of the audit deliveries; audit.Deliveries
@@ -96,13 +110,15 @@ type Joiner struct {
 	// resumeGrace, deliveries and clock: the long wait for a fact the apiserver may still be
 	// retrying (JoinerOptions). stopping is closed by Abandon.
 	resumeGrace time.Duration
-	deliveries  deliveryDoubt
-	clock       waitClock
-	stopping    chan struct{}
-	stopOnce    sync.Once
-	log         *slog.Logger
-	metrics     *Metrics
-	excluded    func(watch.Change)
+	// settle: JoinerOptions.CandidateSettle.
+	settle     time.Duration
+	deliveries deliveryDoubt
+	clock      waitClock
+	stopping   chan struct{}
+	stopOnce   sync.Once
+	log        *slog.Logger
+	metrics    *Metrics
+	excluded   func(watch.Change)
 	// candidates reads admission candidates; source is the default source, sources the
 	// per-cluster ones (guarded by mu).
 	candidates candidateSource
@@ -143,6 +159,10 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		opts.ResumeGrace = DefaultResumeGrace
 	}
 	opts.ResumeGrace = max(opts.ResumeGrace, opts.Grace)
+	if opts.CandidateSettle <= 0 {
+		opts.CandidateSettle = DefaultCandidateSettle
+	}
+	opts.CandidateSettle = min(opts.CandidateSettle, opts.Grace)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -163,6 +183,7 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		grace:      opts.Grace,
 
 		resumeGrace: opts.ResumeGrace,
+		settle:      opts.CandidateSettle,
 		deliveries:  opts.Deliveries,
 		clock:       opts.WaitClock,
 		stopping:    make(chan struct{}),
@@ -479,6 +500,14 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 	}()
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+	// settled: when a confirmation by one user's candidates is final (DefaultCandidateSettle),
+	// counted from the change's event; settle fires then, while such a confirmation waits.
+	event := c.Observed
+	if event.IsZero() || event.After(start) {
+		event = start
+	}
+	settled := event.Add(j.settle)
+	var settle <-chan time.Time
 	lookupFailed := false
 	fact := func() (Author, bool) {
 		if !src.audit() {
@@ -498,14 +527,23 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 			return a, false
 		}
 		if src == SourceAdmission {
-			// Admission alone: a confirmed candidate is the answer; with both sources an
-			// audit fact may still come and wins, so the candidate waits for the deadline.
-			if a, ok := j.confirmed(c, start); ok {
+			// Admission alone: a confirmed candidate is the answer, once settled; with both
+			// sources an audit fact may still come and wins, so the candidate waits for the
+			// deadline.
+			a, ok := j.confirmed(c, start, settled)
+			if ok {
 				return a, false
+			}
+			if a.Resolved && settle == nil {
+				st := time.NewTimer(time.Until(settled))
+				defer st.Stop()
+				settle = st.C
 			}
 		}
 		select {
 		case <-wake:
+			continue
+		case <-settle:
 			continue
 		case <-stopping:
 			return Author{}, true
@@ -517,7 +555,7 @@ func (j *Joiner) resolve(key string, c watch.Change) (author Author, abandoned b
 			return a, false
 		}
 		if src.admission() {
-			if a, ok := j.confirmed(c, start); ok {
+			if a, ok := j.confirmed(c, start, time.Time{}); ok {
 				return a, false
 			}
 		}
@@ -615,10 +653,14 @@ func (j *Joiner) Abandon() {
 }
 
 // confirmed looks for the candidates confirming c: ok is true once the answer is final, a
-// confirmed candidate's author or, when candidates of different users match, unresolved.
-func (j *Joiner) confirmed(c watch.Change, start time.Time) (Author, bool) {
+// confirmed candidate's author or, when candidates of different users match, unresolved. A
+// confirmation before settled is not final yet: its author is returned with ok false.
+func (j *Joiner) confirmed(c watch.Change, start, settled time.Time) (Author, bool) {
 	switch res, a := j.confirm(c); res {
 	case confirmed:
+		if time.Now().Before(settled) {
+			return a, false
+		}
 		j.metrics.observe("resolved", time.Since(start))
 		j.metrics.resolvedBy(SourceAdmission)
 		return a, true
