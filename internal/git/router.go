@@ -150,9 +150,11 @@ type RouterOptions struct {
 }
 
 // EpochSource hands out writer epochs: each higher than every one handed out before for the
-// branch, whichever process asks.
+// branch, whichever process asks, and than every one Reached was told of.
 type EpochSource interface {
 	Next(ctx context.Context, provider types.NamespacedName, branch string) (int64, error)
+	// Reached records an epoch found on the branch.
+	Reached(ctx context.Context, provider types.NamespacedName, branch string, epoch int64) error
 }
 
 // workerKey names the single writer of one branch of one provider's repository.
@@ -508,6 +510,7 @@ func (r *Router) onSuperseded(rw *runningWorker, newer int64) {
 		}
 	}
 	r.mu.Unlock()
+	r.reached(rw.key, newer)
 	if stopping {
 		r.log.Warn("a stopping writer of this branch found a newer one there; what it held unpushed is dropped and handed over again",
 			"provider", rw.key.provider.String(), "branch", rw.key.branch, "newer_writer", newer)
@@ -703,6 +706,20 @@ func (r *Router) writerEpoch(k workerKey) func(context.Context) (int64, error) {
 		return nil
 	}
 	return func(ctx context.Context) (int64, error) { return r.opts.Epochs.Next(ctx, k.provider, k.branch) }
+}
+
+// reached raises the branch's epoch counter to epoch, found on the branch: a counter Redis lost
+// would hand the next worker an epoch the branch already holds a newer one than.
+func (r *Router) reached(k workerKey, epoch int64) {
+	if r.opts.Epochs == nil || epoch <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.opts.Epochs.Reached(ctx, k.provider, k.branch, epoch); err != nil {
+		r.log.Warn("cannot record the writer epoch found on the branch; the next writer may be superseded again",
+			"provider", k.provider.String(), "branch", k.branch, "epoch", epoch, "err", err)
+	}
 }
 
 // stopWorkerLocked asks a worker to commit and push what it holds, then stop.

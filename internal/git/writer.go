@@ -33,7 +33,8 @@ import (
 // Keys owned by this file, under the prefix P:
 //
 //	P:writer:<provider namespace>/<provider name>:<branch>
-//	    an integer: the last writer epoch handed out for the branch (INCR), kept forever.
+//	    an integer: the last writer epoch handed out for the branch (INCR), kept forever; raised
+//	    to an epoch found on the branch that is higher (Reached: Redis lost the key).
 
 // WriterTrailer is the commit trailer that names the epoch of the worker that made a commit.
 const WriterTrailer = "Kubescribe-Writer"
@@ -63,6 +64,28 @@ func (e *WriterEpochs) Next(ctx context.Context, provider types.NamespacedName, 
 		return 0, fmt.Errorf("writer epoch: %w", err)
 	}
 	return n, nil
+}
+
+// reachedScript sets KEYS[1] to ARGV[1] when that is higher than its value (none: 0).
+var reachedScript = redis.NewScript(`
+local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local n = tonumber(ARGV[1])
+if n > v then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return n
+end
+return v
+`)
+
+// Reached records that epoch was found on the branch of provider: every epoch Next hands out
+// from now on is higher. The counter only ever lags an epoch on the branch when Redis lost it (a
+// failover before replication, a flush); without this, a new worker would take an epoch lower
+// than the branch's and be superseded by it again at once, once per epoch it lags.
+func (e *WriterEpochs) Reached(ctx context.Context, provider types.NamespacedName, branch string, epoch int64) error {
+	if err := reachedScript.Run(ctx, e.rdb, []string{e.prefix.Key("writer", provider.String(), branch)}, epoch).Err(); err != nil {
+		return fmt.Errorf("writer epoch: %w", err)
+	}
+	return nil
 }
 
 // writerTrailer is the trailer line of slot's epoch, "" for none (a worker without epochs).

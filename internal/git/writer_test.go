@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -133,11 +135,62 @@ func TestAWriterThatClonesANewerWritersBranchGivesUp(t *testing.T) {
 	require.Len(t, gitLog(t, gitDir, "main", "%H"), 1)
 }
 
+// A counter that lags the branch (Redis lost it: a new worker takes epoch 1 where epoch 7
+// pushed) is raised to the epoch the superseded worker found, so the next worker takes a
+// higher one and writes, instead of being superseded once per epoch the counter lags.
+func TestASupersededWorkerRaisesTheEpochCounter(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	before, _ := epochWorker(t, url, 7, 10*time.Millisecond)
+	before.Submit("team", by("bob", "b1", cmChange(watch.OpCreate, "demo", "db", "1")))
+	before.waitPushed(t)
+
+	epochs := &counterEpochs{} // the counter Redis lost
+	r := startRouter(t, RouterOptions{Epochs: epochs, SupersededHold: time.Hour})
+	dest := Destination{Remote: testRemote(url), Branch: "main", Path: "team"}
+	require.NoError(t, r.Route(tenants, dest))
+	r.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	require.Eventually(t, func() bool { return !r.Routed(tenants) }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, int64(7), epochs.n.Load(), "the counter raised to the epoch found")
+
+	r.ClearSuperseded()
+	require.NoError(t, r.Route(tenants, dest))
+	r.Deliver(by("alice", "a2", cmChange(watch.OpCreate, "demo", "app", "2")))
+	require.Eventually(t, func() bool { return r.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"alice team-a/git 8", "bob team-a/git 7"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+}
+
+// WriterEpochs.Reached raises the counter to a higher epoch and never lowers it.
+func TestWriterEpochsReached(t *testing.T) {
+	ctx := context.Background()
+	e := NewWriterEpochs(redistest.Start(t), keyspace.MustParse("test:"))
+	p := types.NamespacedName{Namespace: "team-a", Name: "git"}
+	require.NoError(t, e.Reached(ctx, p, "main", 5)) // no key yet
+	n, err := e.Next(ctx, p, "main")
+	require.NoError(t, err)
+	require.Equal(t, int64(6), n)
+	require.NoError(t, e.Reached(ctx, p, "main", 3)) // lower: kept
+	n, err = e.Next(ctx, p, "main")
+	require.NoError(t, err)
+	require.Equal(t, int64(7), n)
+	n, err = e.Next(ctx, p, "other") // per branch
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+}
+
 // counterEpochs hands out epochs from one counter, as WriterEpochs does from Redis.
 type counterEpochs struct{ n atomic.Int64 }
 
 func (c *counterEpochs) Next(context.Context, types.NamespacedName, string) (int64, error) {
 	return c.n.Add(1), nil
+}
+
+func (c *counterEpochs) Reached(_ context.Context, _ types.NamespacedName, _ string, epoch int64) error {
+	for {
+		v := c.n.Load()
+		if v >= epoch || c.n.CompareAndSwap(v, epoch) {
+			return nil
+		}
+	}
 }
 
 // Two routers (two replicas) that both believe they own a branch: the one routed first is
