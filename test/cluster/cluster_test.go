@@ -84,7 +84,9 @@ func TestNode(t *testing.T) {
 		{"rollout restart", rolloutRestart},
 		{"commit request", commitRequest},
 		{"doctor", doctor},
+		{"secret authors", secretAuthors},
 		{"managed", managed},
+		{"managed secrets", managedSecrets},
 	}
 	failed := ""
 	for _, s := range steps {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,8 @@ type user struct {
 	cli     string
 	git     *controlplane.GitServer
 	repoDir string
+	// age is the identity Secrets are encrypted for, once a step made it.
+	age *age.X25519Identity
 }
 
 // examplesPath is deploy/examples/gittarget.yaml's folder in the repository.
@@ -390,17 +393,27 @@ func (u *user) gitLog(t *testing.T) string {
 // user named ("alice"), or, for "alice (deleted)", is alice's and removed the file.
 func (u *user) waitAuthors(ctx context.Context, t *testing.T, timeout time.Duration, want map[string]string) {
 	t.Helper()
-	poll(ctx, t, timeout, fmt.Sprintf("%d ConfigMaps committed by their writers", len(want)), func() error {
+	files := map[string]string{}
+	for name, who := range want {
+		files[u.file(name)] = who
+	}
+	u.waitFiles(ctx, t, timeout, files)
+}
+
+// waitFiles is waitAuthors for files of the repository, by path.
+func (u *user) waitFiles(ctx context.Context, t *testing.T, timeout time.Duration, want map[string]string) {
+	t.Helper()
+	poll(ctx, t, timeout, fmt.Sprintf("%d files committed by their writers", len(want)), func() error {
 		var wrong []string
-		for name, who := range want {
+		for file, who := range want {
 			author, deleted := strings.CutSuffix(who, " (deleted)")
-			got := u.gitOut(t, "log", "-1", "--format=%an", "main", "--", u.file(name))
+			got := u.gitOut(t, "log", "-1", "--format=%an", "main", "--", file)
 			if got != author {
-				wrong = append(wrong, fmt.Sprintf("%s by %q", name, got))
+				wrong = append(wrong, fmt.Sprintf("%s by %q", file, got))
 				continue
 			}
-			if _, err := exec.Command("git", "--git-dir", u.repoDir, "cat-file", "-e", "main:"+u.file(name)).Output(); (err != nil) != deleted {
-				wrong = append(wrong, fmt.Sprintf("%s present %v", name, err == nil))
+			if _, err := exec.Command("git", "--git-dir", u.repoDir, "cat-file", "-e", "main:"+file).Output(); (err != nil) != deleted {
+				wrong = append(wrong, fmt.Sprintf("%s present %v", file, err == nil))
 			}
 		}
 		if len(wrong) > 0 {

@@ -82,12 +82,22 @@ func quickstart(ctx context.Context, t *testing.T, c *cluster.Cluster, dir strin
 }
 
 // applyOverlay builds deploy/overlays/<overlay> (with the test's overrides of
-// quickstartKustomization) in dir's copy of deploy/, applies it, and waits until Redis is
+// testKustomization) in dir's copy of deploy/, applies it, and waits until Redis is
 // Ready and kubescribe's Deployment has rolled out.
 func applyOverlay(ctx context.Context, t *testing.T, c *cluster.Cluster, root, dir, overlay string) {
 	t.Helper()
-	kustomization := testKustomization(t, root, overlay)
-	objs, err := deploy.BuildOverlay(root, dir, overlay, kustomization)
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "overlays", overlay, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyKustomization(ctx, t, c, root, dir, overlay, b)
+}
+
+// applyKustomization is applyOverlay for an overlay named overlay whose kustomization.yaml is
+// kustomization (one of docs/install.md's, written next to deploy/overlays/*).
+func applyKustomization(ctx context.Context, t *testing.T, c *cluster.Cluster, root, dir, overlay string, kustomization []byte) {
+	t.Helper()
+	objs, err := deploy.BuildOverlay(root, dir, overlay, testKustomization(t, kustomization))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,15 +159,10 @@ func rolledOut(ctx context.Context, c *cluster.Cluster) (bool, error) {
 	return true, nil
 }
 
-// testKustomization is deploy/overlays/<overlay>'s kustomization.yaml with an images:
-// override to the local images, and the Redis Service's ClusterIP fixed and given to
-// kubescribe as its Redis address.
-func testKustomization(t *testing.T, root, overlay string) []byte {
+// testKustomization is the kustomization.yaml b with an images: override to the local images,
+// and the Redis Service's ClusterIP fixed and given to kubescribe as its Redis address.
+func testKustomization(t *testing.T, b []byte) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "overlays", overlay, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var k map[string]any
 	if err := yaml.Unmarshal(b, &k); err != nil {
 		t.Fatal(err)
