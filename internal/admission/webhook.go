@@ -42,6 +42,9 @@ type WebhookOptions struct {
 	// ExcludeNamespaces are never sent to the webhook, besides kube-system (always excluded);
 	// put kubescribe's own namespace here.
 	ExcludeNamespaces []string
+	// Namespaces, when set, are the only namespaces whose writes are sent (less the excluded
+	// ones): those of the watched streams. Empty: every namespace but the excluded ones.
+	Namespaces []string
 	// TimeoutSeconds: 0 means DefaultTimeoutSeconds.
 	TimeoutSeconds int32
 }
@@ -50,8 +53,9 @@ type WebhookOptions struct {
 // watched resources to the attribution webhook: failurePolicy Ignore (kubescribe down never
 // blocks a write), sideEffects None (the webhook ignores dry runs), matchPolicy Equivalent (a
 // write through another version of a resource is seen too), a short timeout, and a namespace
-// selector that leaves out kube-system and the excluded namespaces. It returns nil when there
-// is no resource to watch (an empty rule list would match nothing anyway).
+// selector that leaves out kube-system and the excluded namespaces or, with Namespaces, takes
+// in those only. It returns nil when there is no resource to watch (an empty rule list would
+// match nothing anyway), or no namespace left.
 func WebhookConfiguration(opts WebhookOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	rules := Rules(opts.Resources)
 	if len(rules) == 0 {
@@ -71,6 +75,20 @@ func WebhookConfiguration(opts WebhookOptions) *admissionregistrationv1.Validati
 		}
 	}
 	slices.Sort(excluded)
+	selector := metav1.LabelSelectorRequirement{Key: namespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: excluded}
+	if len(opts.Namespaces) > 0 {
+		var in []string
+		for _, ns := range opts.Namespaces {
+			if ns != "" && !slices.Contains(excluded, ns) && !slices.Contains(in, ns) {
+				in = append(in, ns)
+			}
+		}
+		if len(in) == 0 {
+			return nil
+		}
+		slices.Sort(in)
+		selector = metav1.LabelSelectorRequirement{Key: namespaceNameLabel, Operator: metav1.LabelSelectorOpIn, Values: in}
+	}
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -81,9 +99,7 @@ func WebhookConfiguration(opts WebhookOptions) *admissionregistrationv1.Validati
 			Name:         "attribution.kubescribe.dev",
 			ClientConfig: opts.ClientConfig,
 			Rules:        rules,
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: namespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
-			}}},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{selector}},
 			FailurePolicy:           &ignore,
 			MatchPolicy:             &equivalent,
 			SideEffects:             &none,

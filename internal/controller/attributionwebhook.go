@@ -43,8 +43,9 @@ type AttributionWebhookOptions struct {
 
 // attributionWebhookSync keeps the webhook configuration's rules equal to the resources and
 // operations watched in the local cluster: only the watched resources (and their scale
-// subresource) and operations reach the webhook. With nothing watched the configuration is
-// deleted, so no write waits for a webhook nobody needs.
+// subresource) and operations reach the webhook, and only from the watched namespaces unless a
+// stream watches every namespace (or more than maxWebhookNamespaces are watched). With nothing
+// watched the configuration is deleted, so no write waits for a webhook nobody needs.
 type attributionWebhookSync struct {
 	kube    kubernetes.Interface
 	opts    AttributionWebhookOptions
@@ -85,9 +86,16 @@ func (w *attributionWebhookSync) desired() *admissionregistrationv1.ValidatingWe
 	type gr struct{ group, resource string }
 	ops := map[gr][]string{}
 	all := map[gr]bool{}
+	var namespaces []string
+	everyNamespace := false
 	for _, s := range w.streams() {
 		if w.opts.SecretsOnly && !watch.IsSecret(s.GVR) {
 			continue
+		}
+		if s.Namespace == "" {
+			everyNamespace = true // a cluster-wide stream (or a cluster-scoped resource)
+		} else if !slices.Contains(namespaces, s.Namespace) {
+			namespaces = append(namespaces, s.Namespace)
 		}
 		k := gr{s.GVR.Group, s.GVR.Resource}
 		if len(s.Operations) == 0 {
@@ -116,10 +124,18 @@ func (w *attributionWebhookSync) desired() *admissionregistrationv1.ValidatingWe
 			cc.CABundle = b
 		}
 	}
+	if everyNamespace || len(namespaces) > maxWebhookNamespaces {
+		namespaces = nil
+	}
 	return admission.WebhookConfiguration(admission.WebhookOptions{
-		ClientConfig: cc, Resources: resources, ExcludeNamespaces: w.opts.ExcludeNamespaces,
+		ClientConfig: cc, Resources: resources, ExcludeNamespaces: w.opts.ExcludeNamespaces, Namespaces: namespaces,
 	})
 }
+
+// maxWebhookNamespaces bounds the namespaces the webhook's selector names one by one; past it
+// the webhook takes every namespace but the excluded ones (a configuration naming thousands
+// would be rewritten at every namespace a ClusterWatchRule's selector gains).
+const maxWebhookNamespaces = 256
 
 func opOf(op watch.Op) string {
 	switch op {

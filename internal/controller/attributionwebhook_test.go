@@ -51,7 +51,10 @@ func TestAttributionWebhookFollowsTheStreams(t *testing.T) {
 	require.Equal(t, []string{"deployments"}, rules[1].Resources)
 	require.Equal(t, []admissionregistrationv1.OperationType{"CREATE", "DELETE", "UPDATE"}, rules[1].Operations)
 	require.Equal(t, []string{"deployments/scale"}, rules[2].Resources)
-	require.Equal(t, []string{"kube-system", "kubescribe"}, get().Webhooks[0].NamespaceSelector.MatchExpressions[0].Values)
+	// Only the watched namespaces are sent.
+	sel := get().Webhooks[0].NamespaceSelector.MatchExpressions[0]
+	require.Equal(t, metav1.LabelSelectorOpIn, sel.Operator)
+	require.Equal(t, []string{"a", "b"}, sel.Values)
 
 	// Unchanged streams: no write.
 	before := len(kube.Actions())
@@ -106,5 +109,35 @@ func TestAttributionWebhookSecretsOnly(t *testing.T) {
 	streams = streams[:1] // ConfigMaps only: nothing for the webhook
 	require.NoError(t, w.sync(ctx))
 	_, err = vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+}
+
+// The webhook takes in the watched namespaces only, less the excluded ones; a stream of every
+// namespace (a ClusterWatchRule without namespaces) takes in every one but the excluded.
+func TestAttributionWebhookNamespaces(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewSimpleClientset()
+	url := "https://kubescribe.example:9443/validate/attribution/local"
+	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	streams := []watch.StreamSpec{{GVR: cm, Namespace: "team-b"}, {GVR: cm, Namespace: "team-a"}, {GVR: cm, Namespace: "kubescribe"}}
+	w := &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return streams },
+		opts: AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")}, ExcludeNamespaces: []string{"kubescribe"}}}
+	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	selector := func() metav1.LabelSelectorRequirement {
+		require.NoError(t, w.sync(ctx))
+		v, err := vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Len(t, v.Webhooks[0].NamespaceSelector.MatchExpressions, 1)
+		return v.Webhooks[0].NamespaceSelector.MatchExpressions[0]
+	}
+	require.Equal(t, metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{"team-a", "team-b"}}, selector())
+
+	streams = append(streams, watch.StreamSpec{GVR: cm}) // every namespace
+	require.Equal(t, metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "kubescribe"}}, selector())
+
+	// Only an excluded namespace watched: no configuration.
+	streams = streams[2:3]
+	require.NoError(t, w.sync(ctx))
+	_, err := vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err))
 }

@@ -83,27 +83,39 @@ func startManaged(t *testing.T) *managed {
 	m := &managed{s: s, hook: startTestHook(t, s)}
 	m.absent = measureWrites(t, s, "adm-latency-absent")
 	require.NoError(t, s.RegisterAttributionWebhook(ctx, admissionWatched))
-	m.waitAttributionWebhook(t)
+	waitAttributionWebhook(t, s, "adm-probe")
 	return m
 }
 
-// waitAttributionWebhook waits until the apiserver calls kubescribe's attribution webhook: the
-// apiserver picks a new registration up a moment after it is created.
-func (m *managed) waitAttributionWebhook(t *testing.T) {
+// waitAttributionWebhook waits until the apiserver calls s's kubescribe's attribution webhook
+// for a ConfigMap of namespace ns (made when missing): the apiserver picks a new registration
+// up a moment after it is written. The probes are dry runs, which the webhook is sent
+// (sideEffects None) and counts (result dry_run), and which write nothing to mirror.
+func waitAttributionWebhook(t *testing.T, s *stack.Stack, ns string) {
 	t.Helper()
-	kube, err := kubernetes.NewForConfig(m.s.AdminConfig)
+	waitAttributionWebhookFor(t, s, ns, func(ctx context.Context, kube kubernetes.Interface) error {
+		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+}
+
+// waitAttributionWebhookFor is waitAttributionWebhook with the dry-run write probe makes.
+func waitAttributionWebhookFor(t *testing.T, s *stack.Stack, ns string, probe func(context.Context, kubernetes.Interface) error) {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(s.AdminConfig)
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "adm-probe"}}, metav1.CreateOptions{})
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-	before := stackMetric(t, m.s, `kubescribe_admission_candidates_total{result="recorded"}`)
+	const probed = `kubescribe_admission_candidates_total{result="dry_run"}`
+	before := stackMetric(t, s, probed)
 	require.True(t, poll(60*time.Second, func() bool {
-		_, err := kube.CoreV1().ConfigMaps("adm-probe").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		return stackMetric(t, m.s, `kubescribe_admission_candidates_total{result="recorded"}`) > before
-	}), "the apiserver never called the attribution webhook")
+		require.NoError(t, probe(ctx, kube))
+		return stackMetric(t, s, probed) > before
+	}), "the apiserver never called the attribution webhook for namespace %s", ns)
 }
 
 // stackMetric is the value of one series of s's kubescribe /metrics (0 when absent).
@@ -513,9 +525,12 @@ func (m *managed) testManagedWebhook(t *testing.T) {
 	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
 	require.Equal(t, admissionregistrationv1.SideEffectClassNone, *w.SideEffects)
 	require.Equal(t, admissionregistrationv1.Equivalent, *w.MatchPolicy)
-	require.Equal(t, []string{"kube-system", "kubescribe"}, w.NamespaceSelector.MatchExpressions[0].Values)
+	// The watched namespaces only: the earlier subtests' and this one's.
+	require.Equal(t, metav1.LabelSelectorOpIn, w.NamespaceSelector.MatchExpressions[0].Operator)
+	require.Contains(t, w.NamespaceSelector.MatchExpressions[0].Values, mi.ns)
+	require.NotContains(t, w.NamespaceSelector.MatchExpressions[0].Values, "kubescribe")
 	require.Equal(t, m.s.AttributionURL(), *w.ClientConfig.URL)
-	m.waitAttributionWebhook(t)
+	waitAttributionWebhook(t, m.s, mi.ns)
 
 	_, err = m.client(t, "alice").CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -525,28 +540,37 @@ func (m *managed) testManagedWebhook(t *testing.T) {
 // Write latency with the attribution webhook registered (kubescribe up), registered with its
 // endpoint down (failurePolicy Ignore) and absent (measured before anything was registered):
 // logged side by side, not asserted.
+// kubescribe manages the webhook (the subtest before): its writes are measured in a watched
+// namespace, which the webhook's namespaceSelector takes in.
 func (m *managed) testWriteLatency(t *testing.T) {
-	up := measureWrites(t, m.s, "adm-latency-up")
+	const ns = "adm-latency"
+	m.mirrorOn(t, ns)
+	waitAttributionWebhook(t, m.s, ns)
+	up := measureWrites(t, m.s, ns)
 	require.NoError(t, m.s.StopKubescribe())
-	down := measureWrites(t, m.s, "adm-latency-down") // the apiserver's call fails at once; the write goes on
+	down := measureWrites(t, m.s, ns) // the apiserver's call fails at once; the write goes on
 	t.Logf("write latency over %d merge patches (p50/p99): webhook absent %s/%s, webhook up %s/%s, webhook registered but kubescribe down %s/%s",
 		latencyWrites, m.absent[0], m.absent[1], up[0], up[1], down[0], down[1])
 }
 
 const latencyWrites = 200
 
-// measureWrites creates namespace ns and returns the p50 and p99 of latencyWrites merge
-// patches of one ConfigMap there, as admin.
+// measureWrites returns the p50 and p99 of latencyWrites merge patches of one ConfigMap of
+// namespace ns, as admin; the namespace and the ConfigMap are made when missing.
 func measureWrites(t *testing.T, s *stack.Stack, ns string) [2]time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	admin, err := kubernetes.NewForConfig(s.AdminConfig)
 	require.NoError(t, err)
 	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
 	cms := admin.CoreV1().ConfigMaps(ns)
 	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lat"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
 	d := make([]time.Duration, 0, latencyWrites)
 	for i := range latencyWrites {
 		began := time.Now()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,16 +90,17 @@ func TestSecretsMirroredEncrypted(t *testing.T) {
 		return strings.Contains(rules, `"secrets"`)
 	}), "kubescribe never registered the webhook for Secrets: %s", rules)
 	require.NotContains(t, rules, "configmaps", "the webhook of an audit cluster covers Secrets only")
-	// Probed in a namespace nothing mirrors.
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-probe"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	recorded := `kubescribe_admission_candidates_total{result="recorded"}`
-	before := stackMetric(t, env, recorded)
+	// The webhook's namespaceSelector takes in the watched namespace.
 	require.True(t, poll(60*time.Second, func() bool {
-		_, err := admin.CoreV1().Secrets(ns+"-probe").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		return stackMetric(t, env, recorded) > before
-	}), "the apiserver never called the attribution webhook for a Secret")
+		vwc, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
+		return err == nil && slices.Contains(vwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values, ns)
+	}), "the webhook's namespaceSelector never took namespace %s in", ns)
+	// Probed with dry runs, which mirror nothing.
+	waitAttributionWebhookFor(t, env, ns, func(ctx context.Context, kube kubernetes.Interface) error {
+		_, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 
 	alice, err := kubernetes.NewForConfig(env.UserConfig("alice"))
 	require.NoError(t, err)
