@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubescribe/kubescribe/internal/admission"
@@ -32,9 +33,10 @@ func attributionWebhookConfig(ctx context.Context, args []string, stdout io.Writ
 	route := fs.String("route", "local", "the cluster's name in kubescribe (its --cluster-name)")
 	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --route goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")
-	var resources, exclude listFlag
+	var resources, exclude, namespaces listFlag
 	fs.Var(&resources, "resource", "a watched resource, [group/]resource[:OP,OP] with OP one of CREATE, UPDATE, DELETE (all by default); repeat it")
 	fs.Var(&exclude, "exclude-namespace", "a namespace never sent to the webhook besides kube-system (default: kubescribe); repeat it")
+	fs.Var(&namespaces, "namespace", "a watched namespace: only the writes of these are sent (default: every namespace but the excluded ones); repeat it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,7 +71,16 @@ func attributionWebhookConfig(ctx context.Context, args []string, stdout io.Writ
 	if len(exclude) == 0 {
 		exclude = listFlag{"kubescribe"}
 	}
-	out, err := yaml.Marshal(admission.WebhookConfiguration(admission.WebhookOptions{ClientConfig: cc, Resources: rs, ExcludeNamespaces: exclude}))
+	for _, ns := range namespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+	}
+	config := admission.WebhookConfiguration(admission.WebhookOptions{ClientConfig: cc, Resources: rs, ExcludeNamespaces: exclude, Namespaces: namespaces})
+	if config == nil {
+		return fmt.Errorf("every --namespace is excluded (kube-system, %s): the webhook would be sent nothing", strings.Join(exclude, ", "))
+	}
+	out, err := yaml.Marshal(config)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -60,6 +61,8 @@ func TestAttributionWebhookConfig(t *testing.T) {
 		"not a PEM":       {[]string{"--ca-file", notPEM, "--url", "https://h", "--resource", "configmaps"}, "holds no PEM certificate"},
 		"bad route":       {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "--route", "Prod_1"}, "must be a DNS label"},
 		"extra arguments": {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "x"}, "unexpected arguments"},
+		"bad namespace":   {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "--namespace", "Team_A"}, `--namespace "Team_A"`},
+		"only excluded":   {[]string{"--ca-file", ca, "--url", "https://h", "--resource", "configmaps", "--namespace", "kubescribe"}, "every --namespace is excluded"},
 	} {
 		var out, errOut bytes.Buffer
 		require.NotEqual(t, 0, run(append([]string{"attribution-webhook-config"}, tc.args...), &out, &errOut), name)
@@ -69,6 +72,21 @@ func TestAttributionWebhookConfig(t *testing.T) {
 }
 
 // A managed cluster's apiserver authenticates with the token bound to --route, in the path.
+// --namespace narrows the webhook to those namespaces, less the excluded ones.
+func TestAttributionWebhookConfigNamespaces(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"attribution-webhook-config", "--ca-file", ca, "--url", "https://h", "--resource", "secrets",
+		"--namespace", "team-b", "--namespace", "team-a", "--namespace", "kubescribe"}, &out, &errOut), errOut.String())
+	var c admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), &c))
+	sel := c.Webhooks[0].NamespaceSelector.MatchExpressions
+	require.Len(t, sel, 1)
+	require.Equal(t, metav1.LabelSelectorOpIn, sel[0].Operator)
+	require.Equal(t, []string{"team-a", "team-b"}, sel[0].Values)
+}
+
 func TestAttributionWebhookConfigPathToken(t *testing.T) {
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.crt")
