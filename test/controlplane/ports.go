@@ -35,29 +35,22 @@ func FreePorts(n int) ([]int, error) {
 	for range n {
 		var l net.Listener
 		for try := 0; l == nil; try++ {
+			if try > 2000 {
+				return nil, fmt.Errorf("pick a free port: every free port was handed out before")
+			}
 			addr := "127.0.0.1:0"
 			if hi > lo && try < 1000 {
-				port := lo + rand.IntN(hi-lo)
-				if handedOut.ports[port] {
-					continue
-				}
-				addr = "127.0.0.1:" + strconv.Itoa(port)
+				addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
 			}
 			var err error
-			if l, err = net.Listen("tcp", addr); err != nil {
+			switch l, err = net.Listen("tcp", addr); {
+			case err != nil && addr == "127.0.0.1:0":
+				return nil, fmt.Errorf("pick a free port: %w", err)
+			case err != nil:
+				l = nil // taken: pick another
+			case handedOut.ports[l.Addr().(*net.TCPAddr).Port]:
+				_ = l.Close() // handed out before, and free again for now
 				l = nil
-				if addr == "127.0.0.1:0" {
-					return nil, fmt.Errorf("pick a free port: %w", err)
-				}
-				continue
-			}
-			if port := l.Addr().(*net.TCPAddr).Port; handedOut.ports[port] {
-				// The kernel's pick, handed out before and free again.
-				_ = l.Close()
-				l = nil
-				if try > 2000 {
-					return nil, fmt.Errorf("pick a free port: every free port was handed out before")
-				}
 			}
 		}
 		defer l.Close()
