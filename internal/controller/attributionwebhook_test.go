@@ -16,15 +16,21 @@ import (
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
+// testWebhookSync is an attributionWebhookSync of opts, on a fake clientset, that follows
+// *streams; the apiserver reaches kubescribe at a URL, verified with a CA bundle.
+func testWebhookSync(streams *[]watch.StreamSpec, opts AttributionWebhookOptions) (*attributionWebhookSync, *fake.Clientset) {
+	url := "https://kubescribe.example:9443/validate/attribution/local"
+	opts.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")}
+	kube := fake.NewSimpleClientset()
+	return &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return *streams }, opts: opts}, kube
+}
+
 // The webhook configuration follows the streams in force: created with their resources and
 // operations, left alone while they stay, updated when they change, deleted when none is left.
 func TestAttributionWebhookFollowsTheStreams(t *testing.T) {
 	ctx := context.Background()
-	kube := fake.NewSimpleClientset()
-	url := "https://kubescribe.example:9443/validate/attribution/local"
 	var streams []watch.StreamSpec
-	w := &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return streams },
-		opts: AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")}, ExcludeNamespaces: []string{"kubescribe"}}}
+	w, kube := testWebhookSync(&streams, AttributionWebhookOptions{ExcludeNamespaces: []string{"kubescribe"}})
 	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	get := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
 		v, err := vwcs.Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
@@ -86,14 +92,10 @@ func TestAttributionWebhookFollowsTheStreams(t *testing.T) {
 // nothing else, and it is deleted when no Secret is watched, whatever else is.
 func TestAttributionWebhookSecretsOnly(t *testing.T) {
 	ctx := context.Background()
-	kube := fake.NewSimpleClientset()
-	url := "https://kubescribe.example:9443/validate/attribution/local"
 	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	streams := []watch.StreamSpec{{GVR: cm, Namespace: "a"}, {GVR: secrets, Namespace: "a"}}
-	w := &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return streams },
-		opts: AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")},
-			Secrets: true, SecretsOnly: true}}
+	w, kube := testWebhookSync(&streams, AttributionWebhookOptions{Secrets: true, SecretsOnly: true})
 	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 
 	require.NoError(t, w.sync(ctx))
@@ -116,12 +118,9 @@ func TestAttributionWebhookSecretsOnly(t *testing.T) {
 // namespace (a ClusterWatchRule without namespaces) takes in every one but the excluded.
 func TestAttributionWebhookNamespaces(t *testing.T) {
 	ctx := context.Background()
-	kube := fake.NewSimpleClientset()
-	url := "https://kubescribe.example:9443/validate/attribution/local"
 	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	streams := []watch.StreamSpec{{GVR: cm, Namespace: "team-b"}, {GVR: cm, Namespace: "team-a"}, {GVR: cm, Namespace: "kubescribe"}}
-	w := &attributionWebhookSync{kube: kube, log: slog.New(slog.DiscardHandler), streams: func() []watch.StreamSpec { return streams },
-		opts: AttributionWebhookOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("ca")}, ExcludeNamespaces: []string{"kubescribe"}}}
+	w, kube := testWebhookSync(&streams, AttributionWebhookOptions{ExcludeNamespaces: []string{"kubescribe"}})
 	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	selector := func() metav1.LabelSelectorRequirement {
 		require.NoError(t, w.sync(ctx))
