@@ -14,9 +14,9 @@ import (
 
 func TestAdmissionWebhookConfig(t *testing.T) {
 	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-	require.NoError(t, os.WriteFile(ca, pem, 0o600))
+	ca := writeCA(t, dir)
+	pem, err := os.ReadFile(ca)
+	require.NoError(t, err)
 
 	print := func(args ...string) *admissionregistrationv1.ValidatingWebhookConfiguration {
 		t.Helper()

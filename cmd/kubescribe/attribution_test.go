@@ -15,9 +15,7 @@ import (
 
 func TestAttributionWebhookConfig(t *testing.T) {
 	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-	require.NoError(t, os.WriteFile(ca, pem, 0o600))
+	ca := writeCA(t, dir)
 	notPEM := filepath.Join(dir, "not.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
 
@@ -71,11 +69,9 @@ func TestAttributionWebhookConfig(t *testing.T) {
 	}
 }
 
-// A managed cluster's apiserver authenticates with the token bound to --route, in the path.
 // --namespace narrows the webhook to those namespaces, less the excluded ones.
 func TestAttributionWebhookConfigNamespaces(t *testing.T) {
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
+	ca := writeCA(t, t.TempDir())
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run([]string{"attribution-webhook-config", "--ca-file", ca, "--url", "https://h", "--resource", "secrets",
 		"--namespace", "team-b", "--namespace", "team-a", "--namespace", "kubescribe"}, &out, &errOut), errOut.String())
@@ -87,10 +83,10 @@ func TestAttributionWebhookConfigNamespaces(t *testing.T) {
 	require.Equal(t, []string{"team-a", "team-b"}, sel[0].Values)
 }
 
+// A managed cluster's apiserver authenticates with the token bound to --route, in the path.
 func TestAttributionWebhookConfigPathToken(t *testing.T) {
 	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
+	ca := writeCA(t, dir)
 	tokens := filepath.Join(dir, "admission-token")
 	require.NoError(t, os.WriteFile(tokens, []byte("local-tok\nprod-tok prod\n"), 0o600))
 	var out, errOut bytes.Buffer

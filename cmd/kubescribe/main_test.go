@@ -19,9 +19,8 @@ func TestAuditPolicy(t *testing.T) {
 
 func TestAuditWebhookConfig(t *testing.T) {
 	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
+	ca := writeCA(t, dir)
 	token := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
 	require.NoError(t, os.WriteFile(token, []byte("t0ken\n"), 0o600))
 
 	var out, errOut bytes.Buffer
@@ -57,4 +56,13 @@ func TestAuditWebhookConfig(t *testing.T) {
 			require.Empty(t, out.String())
 		})
 	}
+}
+
+// writeCA writes dir/ca.crt, a PEM block of type CERTIFICATE that the commands printing
+// configurations copy as it is, and returns its path.
+func writeCA(t *testing.T, dir string) string {
+	t.Helper()
+	ca := filepath.Join(dir, "ca.crt")
+	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o600))
+	return ca
 }
