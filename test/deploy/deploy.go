@@ -395,10 +395,3 @@ var monitoringDocOverlay = regexp.MustCompile("(?m)^<!-- test/deploy monitoring 
 func MonitoringDocOverlays(root string) (map[string][]byte, error) {
 	return docBlocks(root, monitoringDocOverlay, "monitoring overlay")
 }
-
-// BuildOnOverlays is BuildOverlay for a kustomization whose resources include overlays of
-// deploy/overlays (`../quickstart`): their secrets/ files are made first, as the user made
-// them when installing that overlay. BuildOverlay does the same.
-func BuildOnOverlays(root, dir, name string, kustomization []byte) ([]*unstructured.Unstructured, error) {
-	return BuildOverlay(root, dir, name, kustomization)
-}

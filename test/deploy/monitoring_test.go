@@ -73,7 +73,7 @@ func TestMonitoringDocOverlays(t *testing.T) {
 	require.NoError(t, err)
 	for name, kustomization := range docs {
 		t.Run(name, func(t *testing.T) {
-			objs, err := BuildOnOverlays(root, t.TempDir(), name, kustomization)
+			objs, err := BuildOverlay(root, t.TempDir(), name, kustomization)
 			require.NoError(t, err)
 			checkMonitoring(t, objs)
 			crb := Find(objs, "ClusterRoleBinding", "kubescribe-metrics-prometheus")

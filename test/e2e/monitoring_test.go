@@ -54,7 +54,7 @@ func TestMonitoringComponentDryRun(t *testing.T) {
 	require.NoError(t, err)
 	for name, kustomization := range docs {
 		builds["docs/"+name] = func(t *testing.T) ([]*unstructured.Unstructured, error) {
-			return deploy.BuildOnOverlays(repoRoot(t), t.TempDir(), name, kustomization)
+			return deploy.BuildOverlay(repoRoot(t), t.TempDir(), name, kustomization)
 		}
 	}
 	for name, build := range builds {
