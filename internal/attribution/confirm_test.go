@@ -157,7 +157,6 @@ func TestACandidateRecordedJustAfterTheEventStillCounts(t *testing.T) {
 	a := await(t, out)
 	require.False(t, a.Author.Resolved, "credited to %s", a.Author.Username)
 	require.Equal(t, UnresolvedUsername, a.Author.Username)
-
 }
 
 // The settle is counted from the change's event, not from Join: a change seen settle ago is

@@ -539,9 +539,8 @@ func (m *managed) testManagedWebhook(t *testing.T) {
 
 // Write latency with the attribution webhook registered (kubescribe up), registered with its
 // endpoint down (failurePolicy Ignore) and absent (measured before anything was registered):
-// logged side by side, not asserted.
-// kubescribe manages the webhook (the subtest before): its writes are measured in a watched
-// namespace, which the webhook's namespaceSelector takes in.
+// logged side by side, not asserted. kubescribe manages the webhook (the subtest before), so
+// the writes are measured in a watched namespace, which its namespaceSelector takes in.
 func (m *managed) testWriteLatency(t *testing.T) {
 	const ns = "adm-latency"
 	m.mirrorOn(t, ns)
@@ -750,21 +749,11 @@ func TestAdmissionBothSourcesAuditWins(t *testing.T) {
 	mi := newMirror(t, "e2e-both", "", []string{"alice", "bob"}, configMapWriters, watchConfigMaps)
 	alice, bob := clientFor(t, "alice"), clientFor(t, "bob")
 
-	// Wait until the apiserver calls the attribution webhook.
-	before := stackMetric(t, env, `kubescribe_admission_candidates_total{result="recorded"}`)
 	cm, err := alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"},
 		Data: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "alice|alice@users.kubescribe.invalid|kubescribe|create configmaps e2e-both/cfg", mi.waitCommits(t, 1)[0])
-	i := 0
-	require.True(t, poll(60*time.Second, func() bool {
-		i++
-		_, err := alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + strconv.Itoa(i)}},
-			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		require.NoError(t, err)
-		return stackMetric(t, env, `kubescribe_admission_candidates_total{result="dry_run"}`) > 0 ||
-			stackMetric(t, env, `kubescribe_admission_candidates_total{result="recorded"}`) > before
-	}))
+	waitAttributionWebhook(t, env, mi.ns)
 
 	// mallory's forged candidate for exactly the write bob is about to make.
 	cm, err = alice.CoreV1().ConfigMaps(mi.ns).Get(ctx, "cfg", metav1.GetOptions{})

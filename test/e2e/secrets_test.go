@@ -79,6 +79,7 @@ func TestSecretsMirroredEncrypted(t *testing.T) {
 	})
 	admin, err := kubernetes.NewForConfig(env.AdminConfig)
 	require.NoError(t, err)
+	// Its rules name Secrets, and its namespaceSelector takes in the watched namespace.
 	var rules string
 	require.True(t, poll(60*time.Second, func() bool {
 		vwc, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
@@ -87,14 +88,9 @@ func TestSecretsMirroredEncrypted(t *testing.T) {
 		}
 		b, _ := json.Marshal(vwc.Webhooks[0].Rules)
 		rules = string(b)
-		return strings.Contains(rules, `"secrets"`)
-	}), "kubescribe never registered the webhook for Secrets: %s", rules)
+		return strings.Contains(rules, `"secrets"`) && slices.Contains(vwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values, ns)
+	}), "kubescribe never registered the webhook for the Secrets of %s: %s", ns, rules)
 	require.NotContains(t, rules, "configmaps", "the webhook of an audit cluster covers Secrets only")
-	// The webhook's namespaceSelector takes in the watched namespace.
-	require.True(t, poll(60*time.Second, func() bool {
-		vwc, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, admission.WebhookConfigurationName, metav1.GetOptions{})
-		return err == nil && slices.Contains(vwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values, ns)
-	}), "the webhook's namespaceSelector never took namespace %s in", ns)
 	// Probed with dry runs, which mirror nothing.
 	waitAttributionWebhookFor(t, env, ns, func(ctx context.Context, kube kubernetes.Interface) error {
 		_, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}},
