@@ -57,7 +57,7 @@ func TestCloseRequestClosesTheSubmittersWindow(t *testing.T) {
 	require.Equal(t, []string{"alice|alice@users.example.com|kubescribe"}, gitLog(t, dir, "main", "%an|%ae|%cn"))
 	body := runGit(t, "", "--git-dir="+dir, "log", "-1", "--format=%B", "main")
 	require.Equal(t, "Raise the limits\n\nBecause the shop grew.\n\n"+
-		"create core/configmaps shop/settings resourceVersion=100\n\n"+
+		"create core/configmaps shop/settings resourceVersion=100 uid=uid-settings\n\n"+
 		"Kubescribe-User: alice\n"+
 		"Kubescribe-Audit-ID: a1\n"+
 		"Kubescribe-Attribution: resolved\n"+

@@ -48,8 +48,8 @@ type plan struct {
 	// restored counts the Unchanged changes the materialized commit writes: files the branch
 	// lost (another writer removed or edited them) that are written again.
 	restored int
-	// duplicates counts the replayed changes the materialization left out because the branch
-	// holds their version already (treeBuilder.held).
+	// duplicates counts the changes the materialization left out because the branch holds
+	// their version, or a newer one, from another writer's commits (treeBuilder.held).
 	duplicates      int
 	duplicatesNoted bool
 }
@@ -148,8 +148,11 @@ func commitMessage(changes []attribution.AttributedChange, snapshot bool) string
 	}
 	b.WriteString("\n\n")
 	for _, c := range changes {
-		fmt.Fprintf(&b, "%s %s/%s %s resourceVersion=%s\n",
-			c.Op, groupDir(c.GVR.Group), c.GVR.Resource, objectName(c.Change), c.ResourceVersion)
+		fmt.Fprintf(&b, "%s %s/%s %s resourceVersion=%s", c.Op, groupDir(c.GVR.Group), c.GVR.Resource, objectName(c.Change), oneLine(c.ResourceVersion))
+		if c.UID != "" {
+			fmt.Fprintf(&b, " uid=%s", oneLine(c.UID))
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("\n")
 	if snapshot {
@@ -269,8 +272,8 @@ type treeBuilder struct {
 	writer string
 	// sign, when set, signs every commit (sign.go).
 	sign Signer
-	// held is what the branch holds although no cursor may say so (pushdelivery.go): a replayed
-	// change of a version it holds, or of an older one, writes nothing.
+	// held is what the branch holds from commits other writers made (carried.go): a change of
+	// a version it holds, or of an older one, writes nothing.
 	held onBranch
 }
 
@@ -726,9 +729,9 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 		if c.Op == watch.OpSweep { // a sweep writes nothing itself
 			continue
 		}
-		if c.Replayed && tb.held.holds(p.targetPath, c) {
+		if tb.held.holds(p.targetPath, c) {
 			p.duplicates++
-			continue // a lost writer pushed it, or a newer version, before its cursor advanced
+			continue // another writer committed it, or a newer version (carried.go)
 		}
 		path := ObjectPath(p.targetPath, c.Change)
 		if _, written := last[path]; written && c.IfMissing {
@@ -790,7 +793,9 @@ func (tb treeBuilder) materialize(p *plan, parent plumbing.Hash, committer objec
 	if p.request != nil {
 		p.message = p.request.commitMessage(p.message)
 	}
-	p.message += tb.writer
+	if tb.writer != "" {
+		p.message += folderTrailer(p.targetPath) + tb.writer
+	}
 	tree, err := tb.apply(base, root)
 	if err != nil {
 		return plumbing.ZeroHash, false, err

@@ -85,7 +85,7 @@ func TestCommitMessage(t *testing.T) {
 			name:    "one cluster-scoped change without audit id",
 			changes: []attribution.AttributedChange{ns},
 			want: "create namespaces team-a\n\n" +
-				"create core/namespaces team-a resourceVersion=100\n\n" +
+				"create core/namespaces team-a resourceVersion=100 uid=uid-team-a\n\n" +
 				"Kubescribe-User: alice\n" +
 				"Kubescribe-Attribution: resolved\n" +
 				"Kubescribe-Cluster: prod\n",
@@ -95,7 +95,7 @@ func TestCommitMessage(t *testing.T) {
 			changes:  []attribution.AttributedChange{unresolved(cmChange(watch.OpCreate, "demo", "cfg", "1"))},
 			snapshot: true,
 			want: "Snapshot of configmaps demo/cfg\n\n" +
-				"create core/configmaps demo/cfg resourceVersion=100\n\n" +
+				"create core/configmaps demo/cfg resourceVersion=100 uid=uid-cfg\n\n" +
 				"Kubescribe-Attribution: snapshot\n" +
 				"Kubescribe-Cluster: prod\n",
 		},
@@ -109,9 +109,9 @@ func TestCommitMessage(t *testing.T) {
 				return []attribution.AttributedChange{a, b, c}
 			}(),
 			want: "3 changes by unknown (attribution unresolved)\n\n" +
-				"delete core/configmaps demo/a resourceVersion=100\n" +
-				"delete core/configmaps demo/b resourceVersion=100\n" +
-				"delete core/configmaps demo/c resourceVersion=100\n\n" +
+				"delete core/configmaps demo/a resourceVersion=100 uid=uid-a\n" +
+				"delete core/configmaps demo/b resourceVersion=100 uid=uid-b\n" +
+				"delete core/configmaps demo/c resourceVersion=100 uid=uid-c\n\n" +
 				"Kubescribe-User: unknown (attribution unresolved)\n" +
 				"Kubescribe-Attribution: unresolved\n" +
 				"Kubescribe-Cluster: prod\n" +

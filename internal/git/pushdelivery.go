@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/redis/go-redis/v9"
 
@@ -21,22 +21,21 @@ import (
 // A push and the advance of the resume cursors it covers are two writes to two systems: the
 // Git server, then Redis (Router.onPushed). A writer killed between them (SIGKILL, OOM, a lost
 // node, a few milliseconds after the server took the push) leaves the branch ahead of the
-// cursors. Its heir replays the events since the cursors (watch/replay.go), and a version the
-// branch holds already would be committed again; worse, an object whose push held two
-// versions would have its older one written over the newer one, then the newer one again.
+// cursors. Its heir replays the events since the cursors (watch/replay.go); the versions that
+// push delivered must not be committed again, nor an older version of their objects over a
+// newer one.
 //
-// So before each push, the worker records in Redis what the push delivers: the commit it makes
-// the branch's tip and, for every change it covers, the object's version by folder. The record
-// is the writer's own (keyed by its writer epoch, which its commits carry), so that two writers
-// of a branch at once never overwrite each other's. A worker that opens the branch, or fetches
-// it moved, reads the record of the epoch that made the tip; when the tip is that commit (or
-// that commit's child) these versions are on the branch whatever the cursors say, and a
-// replayed change of one of them, or of an older version of its object, makes no commit: it is
-// settled, as a change the branch already holds, and its cursor advances with the next push.
-//
-// Only each writer's last push is recorded: the cursors of every earlier one were advanced before
-// the next began (Router.onPushed runs before the worker goes on), unless Redis refused the
-// advance, and then it refuses this record too.
+// What the branch holds is read from the branch itself: each commit carries its changes
+// (carried.go). What the heir must read is every commit whose changes no cursor may show yet:
+// the commits of each writer's last push. So before each push the worker records in Redis the
+// commit the push makes the tip and the commit it is built on (its base). The record is the
+// writer's own (keyed by its writer epoch, which its commits carry), so that two writers of a
+// branch at once never overwrite each other's. A worker that opens the branch reads the commits
+// from the tip down: through someone else's commits, through the commits of a recorded last
+// push down to its base, and on through the last push of the writer before when the base is
+// one; there it stops (takeInAtOpen). Every earlier push's cursors were advanced before the next
+// push began (Router.onPushed runs before the worker goes on), unless Redis refused the advance,
+// and then it refuses this record too.
 //
 // Keys owned by this file, under the prefix P:
 //
@@ -44,75 +43,49 @@ import (
 //	    a pushDelivery (JSON) of the last push to the branch by the writer of that epoch of the
 //	    slot (its GitProvider, "<namespace>/<name>"), expiring after deliveryTTL.
 
-// deliveryVersion is the version of pushDelivery; a record of another version is ignored (no
-// replayed change is then settled by it).
-const deliveryVersion = 1
+// deliveryVersion is the version of pushDelivery; a record of another version is ignored (the
+// walk at open then stops at the commit it would have bounded).
+const deliveryVersion = 2
 
-// deliveryTTL bounds how long a record is kept: far longer than a takeover takes.
-const deliveryTTL = time.Hour
-
-// maxDeliveryEntries bounds one record. A push of more changes (a first snapshot of a large
-// folder) is recorded without its entries: an heir then settles nothing by it.
-const maxDeliveryEntries = 20_000
+// deliveryTTL bounds how long a record is kept: far longer than a takeover or an outage of
+// every replica takes. A record is two commit hashes.
+const deliveryTTL = 7 * 24 * time.Hour
 
 // deliveryTimeout bounds one call to Redis.
 const deliveryTimeout = 2 * time.Second
+
+// openScanLimit bounds the commits a worker reads when it opens the branch (takeInAtOpen).
+const openScanLimit = 4096
+
+// openForeignLimit bounds the commits of someone else a worker reads through, at open, looking
+// for the slot's last push below them: a branch with no kubescribe commit among its newest 64
+// has no push whose cursors might lag.
+const openForeignLimit = 64
 
 // pushDelivery is what a worker records before a push.
 type pushDelivery struct {
 	V int `json:"v"`
 	// SHA is the commit the push makes the branch's tip.
 	SHA string `json:"sha"`
-	// Entries are the versions the push delivers, one per object and folder (the newest).
-	Entries []pushedVersion `json:"entries,omitempty"`
-	// Truncated: the push covered more than maxDeliveryEntries changes; Entries is empty.
-	Truncated bool `json:"truncated,omitempty"`
+	// Base is the commit the push is built on: the branch's tip before it (empty: the push
+	// creates the branch).
+	Base string `json:"base,omitempty"`
+	// BaseEpoch is the writer epoch of the slot that made Base (0: someone else's commit).
+	BaseEpoch int64 `json:"baseEpoch,omitempty"`
 }
 
-// pushedVersion is one object's version a push delivered into a folder.
-type pushedVersion struct {
-	Folder string `json:"f"`
-	Object string `json:"o"` // pushedObject
-	RV     uint64 `json:"rv"`
-}
-
-// pushedObject names an object of a cluster the way a push record does.
+// pushedObject names an object of a cluster the way a commit's change lines do (carried.go).
 func pushedObject(c attribution.AttributedChange) string {
 	return c.Cluster + "\x00" + c.GVR.Group + "/" + c.GVR.Resource + "\x00" + c.Namespace + "/" + c.Name
 }
 
-// newDelivery is the record of a push that makes tip the branch's tip and delivers plans.
-func newDelivery(tip plumbing.Hash, plans []*plan) pushDelivery {
-	rec := pushDelivery{V: deliveryVersion, SHA: tip.String()}
-	newest := map[[2]string]int{} // (folder, object) → index in Entries
-	for _, p := range plans {
-		folder := folderKey(p.targetPath)
-		for _, c := range p.covered {
-			rv, err := strconv.ParseUint(c.ResourceVersion, 10, 64)
-			if err != nil {
-				continue // a sweep, or a version that is no number: nothing to compare with
-			}
-			k := [2]string{folder, pushedObject(c)}
-			if i, ok := newest[k]; ok {
-				rec.Entries[i].RV = max(rec.Entries[i].RV, rv)
-				continue
-			}
-			if len(rec.Entries) == maxDeliveryEntries {
-				return pushDelivery{V: deliveryVersion, SHA: rec.SHA, Truncated: true}
-			}
-			newest[k] = len(rec.Entries)
-			rec.Entries = append(rec.Entries, pushedVersion{Folder: k[0], Object: k[1], RV: rv})
-		}
-	}
-	return rec
-}
-
-// onBranch is what a worker knows the branch holds although no cursor may say so: the newest
-// version of each object, by folder, that a lost writer's last push delivered.
+// onBranch is what the branch holds that the worker did not commit itself, read from the
+// commits it took in (carried.go): the newest version of each object, by folder.
 type onBranch map[[2]string]uint64
 
-// holds reports whether the branch holds c's version, or a newer one of its object, in the
-// folder of targetPath.
+// holds reports whether the branch holds a version of c's object, in the folder of
+// targetPath, that c must not be committed over: a newer one, or c's own version (an
+// Unchanged change of its own version restores a file the branch lost, and is not held back).
 func (b onBranch) holds(targetPath string, c attribution.AttributedChange) bool {
 	if len(b) == 0 {
 		return false
@@ -121,25 +94,8 @@ func (b onBranch) holds(targetPath string, c attribution.AttributedChange) bool 
 	if err != nil {
 		return false
 	}
-	pushed, ok := b[[2]string{folderKey(targetPath), pushedObject(c)}]
-	return ok && rv <= pushed
-}
-
-// onBranchFrom reads rec against the branch's tip commit: its versions are on the branch when
-// the tip is the recorded commit or one of its children. Nil otherwise.
-func onBranchFrom(rec pushDelivery, tip *object.Commit) onBranch {
-	if rec.V != deliveryVersion || tip == nil || len(rec.Entries) == 0 {
-		return nil
-	}
-	sha := plumbing.NewHash(rec.SHA)
-	if tip.Hash != sha && !slices.Contains(tip.ParentHashes, sha) {
-		return nil
-	}
-	b := make(onBranch, len(rec.Entries))
-	for _, e := range rec.Entries {
-		b[[2]string{e.Folder, e.Object}] = e.RV
-	}
-	return b
+	on, ok := b[[2]string{folderKey(targetPath), pushedObject(c)}]
+	return ok && (rv < on || rv == on && !c.Unchanged)
 }
 
 // Deliveries keeps each writer slot's last push record in Redis.
@@ -191,61 +147,131 @@ var errUnreadableDelivery = errors.New("the last push record is no JSON record")
 
 // recordPush records, before a push, what pushing the local tip delivers. A failure is logged
 // and the push goes on: Redis refuses the cursors' advance too, and the changes are then
-// replayed as they always were.
+// replayed, and left out by the commits that carry them, as they always are.
 func (w *Worker) recordPush(ctx context.Context) {
 	if w.opts.Pushes == nil || w.opts.WriterSlot == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
 	defer cancel()
-	if err := w.opts.Pushes.record(ctx, w.opts.WriterSlot, w.opts.Branch, w.epoch, newDelivery(w.localTip, w.plans)); err != nil {
-		w.log.Warn("cannot record the push in Redis; if this replica dies before the resume cursors advance, its successor may commit the push's changes again",
+	rec := pushDelivery{V: deliveryVersion, SHA: w.localTip.String()}
+	if !w.remoteTip.IsZero() && !w.remoteGone {
+		rec.Base = w.remoteTip.String()
+		if c, err := object.GetCommit(w.store, w.remoteTip); err == nil {
+			rec.BaseEpoch = commitEpoch(c.Message, w.opts.WriterSlot)
+		}
+	}
+	if err := w.opts.Pushes.record(ctx, w.opts.WriterSlot, w.opts.Branch, w.epoch, rec); err != nil {
+		w.log.Warn("cannot record the push in Redis; if this replica dies before the resume cursors advance, its successor reads the branch's history only as far as the records before it allow",
 			"err", err)
 	}
 }
 
-// readHeld reads the slot's last push record against the branch's tip, freshly fetched into
-// store, and adds what it shows on the branch to Worker.held: at the first clone, and after
-// each fetch that found the branch moved (another writer of the slot, the one this worker
-// took over from, may have pushed since). A record Redis cannot give fails the clone, which is
+// takeInAtOpen reads what the branch holds into Worker.held when the worker opens it at tip:
+// the commits of each writer's last push, and someone else's commits on top of them
+// (pushDelivery). It fetches the branch's commits, without their trees, only when the tip's
+// commit alone does not settle it. A record Redis cannot give fails the clone, which is
 // retried: without it, a replay could commit a version twice.
-func (w *Worker) readHeld(ctx context.Context, store *memory.Storage, tip plumbing.Hash) error {
-	if w.opts.Pushes == nil || w.opts.WriterSlot == "" || tip.IsZero() {
+func (w *Worker) takeInAtOpen(ctx context.Context, store *memory.Storage, tip plumbing.Hash) error {
+	if w.opts.WriterSlot == "" || tip.IsZero() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
-	defer cancel()
-	c, err := object.GetCommit(store, tip)
-	if err != nil {
-		return fmt.Errorf("read the tip %s: %w", tip, err)
-	}
-	// The writer that made the tip, or, for someone else's commit on top, its parent, when the
-	// store holds it (a fetch's history; a clone holds the tip alone).
-	epoch := commitEpoch(c.Message, w.opts.WriterSlot)
-	if epoch == 0 && len(c.ParentHashes) == 1 {
-		if parent, err := object.GetCommit(store, c.ParentHashes[0]); err == nil {
-			epoch = commitEpoch(parent.Message, w.opts.WriterSlot)
+	records := map[int64]*pushDelivery{}
+	record := func(epoch int64) (*pushDelivery, error) {
+		if r, ok := records[epoch]; ok {
+			return r, nil
 		}
+		var r *pushDelivery
+		if w.opts.Pushes != nil {
+			rctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+			rec, ok, err := w.opts.Pushes.last(rctx, w.opts.WriterSlot, w.opts.Branch, epoch)
+			cancel()
+			switch {
+			case errors.Is(err, errUnreadableDelivery):
+				w.log.Warn("ignoring a push record that is no JSON record", "writer", epoch, "err", err)
+			case err != nil:
+				return nil, err
+			case ok && rec.V == deliveryVersion:
+				r = &rec
+			}
+		}
+		records[epoch] = r
+		return r, nil
 	}
-	rec, ok, err := w.opts.Pushes.last(ctx, w.opts.WriterSlot, w.opts.Branch, epoch)
-	if errors.Is(err, errUnreadableDelivery) {
-		w.log.Warn("ignoring the last push record: replayed changes its push delivered may be committed again", "writer_of_tip", epoch, "err", err)
-		return nil
+	src := storer.EncodedObjectStorer(store)
+	for depth := 64; ; depth *= 8 {
+		read, done, err := w.scanAtOpen(src, tip, record)
+		if err != nil {
+			return err
+		}
+		if done || depth > openScanLimit {
+			if !done {
+				w.log.Warn("the branch's newest commits that no resume cursor may show yet reach deeper than the worker reads; a replayed version older than them may be committed again",
+					"commits", read)
+			}
+			if len(w.held) > 0 {
+				w.log.Info("the branch holds versions committed by other writers of its slot; changes of them, or of older versions, are not committed again",
+					"commits", read, "objects", len(w.held))
+			}
+			return nil
+		}
+		// The walk needs commits the clone did not bring: fetch the history, commits only.
+		hist := memory.NewStorage()
+		if _, err := w.fetchHistory(ctx, hist, tip, min(depth, openScanLimit)); err != nil {
+			return fmt.Errorf("read the branch's recent commits: %w", err)
+		}
+		src = hist
 	}
-	if err != nil || !ok {
-		return err
+}
+
+// scanAtOpen walks the first parents from tip in s (takeInAtOpen), taking in what each commit
+// carries. done is false when it needs a commit s does not hold.
+func (w *Worker) scanAtOpen(s storer.EncodedObjectStorer, tip plumbing.Hash, record func(int64) (*pushDelivery, error)) (read int, done bool, err error) {
+	w.held = onBranch{}
+	var push *pushDelivery // the last push being read, down to its base
+	foreign := 0           // someone else's commits read since the last push
+	for h := tip; read < openScanLimit; read++ {
+		if push != nil && h.String() == push.Base {
+			// The base of a last push: read on only when it is the tip of its own writer's last
+			// push, which the record says without the commit.
+			if push.BaseEpoch > 0 {
+				rec, err := record(push.BaseEpoch)
+				if err != nil {
+					return read, false, err
+				}
+				if rec == nil || rec.SHA != push.Base {
+					return read, true, nil
+				}
+			}
+			push = nil
+		}
+		c, err := object.GetCommit(s, h)
+		if err != nil {
+			return read, false, nil
+		}
+		own := w.held.hold(c, w.opts.WriterSlot)
+		switch {
+		case push != nil:
+		case !own:
+			if foreign++; foreign >= openForeignLimit {
+				return read + 1, true, nil // no recent push of the slot below someone else's commits
+			}
+		default:
+			// The newest commit of the slot outside a push being read: the tip of its writer's
+			// last push, when its record says so; then that push is read down to its base.
+			rec, err := record(commitEpoch(c.Message, w.opts.WriterSlot))
+			if err != nil {
+				return read, false, err
+			}
+			if rec == nil || rec.SHA != h.String() {
+				return read + 1, true, nil // a push whose cursors were advanced: the end
+			}
+			push, foreign = rec, 0 // a push that created the branch (no base) is read to the root
+		}
+		if len(c.ParentHashes) == 0 {
+			return read + 1, true, nil
+		}
+		h = c.ParentHashes[0]
 	}
-	held := onBranchFrom(rec, c)
-	if len(held) == 0 {
-		return nil
-	}
-	if w.held == nil {
-		w.held = onBranch{}
-	}
-	for k, rv := range held {
-		w.held[k] = max(w.held[k], rv)
-	}
-	w.log.Info("the branch holds the last recorded push; replayed changes it covers are not committed again",
-		"push", rec.SHA, "objects", len(held))
-	return nil
+	return read, false, nil
 }

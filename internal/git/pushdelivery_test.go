@@ -104,7 +104,7 @@ func TestAnHeirCommitsNoVersionOfItsPredecessorsLastPushAgain(t *testing.T) {
 		"each version is committed once")
 	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 3")
 	require.Equal(t, 3.0, testutil.ToFloat64(m.duplicates))
-	require.Contains(t, heir.logs.String(), "the branch holds the last recorded push")
+	require.Contains(t, heir.logs.String(), "the branch holds versions committed by other writers of its slot")
 	// Every replayed change is reported done, so that the heir's cursors advance past them.
 	var done []string
 	for _, c := range heir.pushes.commits() {
@@ -130,8 +130,7 @@ func TestAPushRecordOffTheBranchSettlesNothing(t *testing.T) {
 	first.waitPushed(t)
 	require.NoError(t, first.stop(t))
 	// A push recorded and never made: its commit is not on the branch.
-	never := pushDelivery{V: deliveryVersion, SHA: plumbing.ComputeHash(plumbing.CommitObject, []byte("never")).String(),
-		Entries: []pushedVersion{{Folder: "team", Object: pushedObject(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))), RV: 102}}}
+	never := pushDelivery{V: deliveryVersion, SHA: plumbing.ComputeHash(plumbing.CommitObject, []byte("never")).String()}
 	require.NoError(t, d.record(context.Background(), "team-a/git", "main", 1, never))
 
 	m := NewMetrics(prometheus.NewRegistry())
@@ -160,13 +159,16 @@ func TestAnUnreadablePushRecordIsIgnored(t *testing.T) {
 	heir.Submit("team", fromReplay(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))))
 	heir.waitPushed(t)
 	require.Equal(t, []string{"bob update configmaps demo/app", "alice create configmaps demo/app"}, gitLog(t, gitDir, "main", "%an %s"))
-	require.Contains(t, heir.logs.String(), "ignoring the last push record")
+	require.Contains(t, heir.logs.String(), "ignoring a push record that is no JSON record")
 }
 
 // The record is read with the branch: while Redis does not answer, the clone fails with its
 // reason and is retried, rather than replaying without knowing what the branch holds.
 func TestTheBranchIsNotOpenedWithoutItsPushRecord(t *testing.T) {
-	_, url, first := startPushed(t, "team", nil, "app")
+	_, url, first := startPushed(t, "team", func(o *Options) {
+		o.WriterSlot = "team-a/git"
+		o.WriterEpoch = func(context.Context) (int64, error) { return 1, nil }
+	}, "app")
 	require.NoError(t, first.stop(t))
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -184,42 +186,52 @@ func TestTheBranchIsNotOpenedWithoutItsPushRecord(t *testing.T) {
 	require.NotZero(t, w.Status().Pending, "nothing is pushed without the record")
 }
 
-// A record names the newest version of each object by folder, and is cut to nothing beyond its
-// bound; it counts for the recorded tip and its children only.
-func TestPushDeliveryRecord(t *testing.T) {
-	tip := plumbing.ComputeHash(plumbing.CommitObject, []byte("tip"))
+// What the branch holds stops a change of the same version (unless it only restores a file
+// the branch lost) and of every older one, in that folder and cluster only.
+func TestWhatTheBranchHoldsStopsOlderVersions(t *testing.T) {
 	app := func(rv int) attribution.AttributedChange {
 		return by("alice", "a", version(cmChange(watch.OpUpdate, "demo", "app", "x"), rv))
 	}
-	rec := newDelivery(tip, []*plan{
-		{targetPath: "team", covered: []attribution.AttributedChange{app(7), app(9)}},
-		{targetPath: "/team/", covered: []attribution.AttributedChange{app(8)}},
-		{targetPath: "other", covered: []attribution.AttributedChange{app(3)}},
-	})
-	require.Equal(t, []pushedVersion{{Folder: "team", Object: pushedObject(app(0)), RV: 9}, {Folder: "other", Object: pushedObject(app(0)), RV: 3}}, rec.Entries)
-
-	held := onBranchFrom(rec, &object.Commit{Hash: tip})
+	held := onBranch{{"team", pushedObject(app(0))}: 9}
 	require.True(t, held.holds("team", app(9)))
-	require.True(t, held.holds("team", app(5)))
+	require.True(t, held.holds("/team/", app(5)))
 	require.False(t, held.holds("team", app(10)))
 	require.False(t, held.holds("other", app(4)))
-	require.False(t, held.holds("elsewhere", app(1)))
-	child := &object.Commit{Hash: plumbing.ComputeHash(plumbing.CommitObject, []byte("child")), ParentHashes: []plumbing.Hash{tip}}
-	require.NotNil(t, onBranchFrom(rec, child))
-	require.Nil(t, onBranchFrom(rec, &object.Commit{Hash: plumbing.ComputeHash(plumbing.CommitObject, []byte("other"))}))
-	rec.V = deliveryVersion + 1
-	require.Nil(t, onBranchFrom(rec, &object.Commit{Hash: tip}))
+	restore := app(9)
+	restore.Unchanged = true
+	require.False(t, held.holds("team", restore), "a file the branch lost is restored at its own version")
+	restore.ResourceVersion = "8"
+	require.True(t, held.holds("team", restore))
+	elsewhere := app(1)
+	elsewhere.Cluster = "other-cluster"
+	require.False(t, held.holds("team", elsewhere))
+}
 
-	many := make([]attribution.AttributedChange, maxDeliveryEntries+1)
-	for i := range many {
-		c := app(i + 1)
-		c.Name = fmt.Sprint("cm-", i)
-		many[i] = c
-	}
-	big := newDelivery(tip, []*plan{{targetPath: "team", covered: many}})
-	require.True(t, big.Truncated)
-	require.Empty(t, big.Entries)
-	require.Nil(t, onBranchFrom(big, &object.Commit{Hash: tip}))
+// A commit says what it carries: its change lines, with the folder and cluster of its trailers;
+// only a commit of the worker's own slot is read, and one naming no folder carries nothing.
+func TestACommitSaysWhatItCarries(t *testing.T) {
+	msg := "2 changes by alice\n\n" +
+		"update core/configmaps demo/app resourceVersion=7 uid=u-1\n" +
+		"update core/configmaps demo/app resourceVersion=9 uid=u-1\n" +
+		"create apps/deployments demo/web resourceVersion=8\n" +
+		"delete core/namespaces team-x resourceVersion=11 uid=u-3\n" +
+		"delete core/configmaps demo/swept resourceVersion=\n\n" +
+		"Kubescribe-User: alice\nKubescribe-Cluster: prod\nKubescribe-Folder: /team\nKubescribe-Writer: team-a/git 4\n"
+	cr, ok := carriedBy(&object.Commit{Message: msg}, "team-a/git")
+	require.True(t, ok)
+	require.Equal(t, "team", cr.folder)
+	require.Equal(t, map[string]uint64{
+		"prod\x00/configmaps\x00demo/app":      9,
+		"prod\x00apps/deployments\x00demo/web": 8,
+		"prod\x00/namespaces\x00/team-x":       11,
+	}, cr.versions)
+	_, ok = carriedBy(&object.Commit{Message: msg}, "team-b/git")
+	require.False(t, ok, "another slot's commit")
+	_, ok = carriedBy(&object.Commit{Message: strings.Replace(msg, "Kubescribe-Folder: /team\n", "", 1)}, "team-a/git")
+	require.False(t, ok, "a commit that names no folder")
+	cr, ok = carriedBy(&object.Commit{Message: strings.Replace(msg, "Kubescribe-Folder: /team", "Kubescribe-Folder: /", 1)}, "team-a/git")
+	require.True(t, ok)
+	require.Empty(t, cr.folder, "the repository's root")
 }
 
 // The writer a branch went to and came back from (a paused replica's heir, or the paused one)

@@ -44,8 +44,7 @@ func (w *Worker) open(ctx context.Context) error {
 			return errSuperseded
 		}
 	}
-	w.held = nil
-	if err := w.readHeld(ctx, store, tip); err != nil {
+	if err := w.takeInAtOpen(ctx, store, tip); err != nil {
 		return err
 	}
 	compacted, refs, walked, err := compactStore(store, tip, plumbing.ZeroHash)
@@ -92,7 +91,7 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		if w.remoteGone || w.remoteTip.IsZero() {
 			return false, nil
 		}
-		w.remoteGone = true
+		w.remoteGone, w.held = true, nil
 		w.log.Warn("remote branch was deleted; the next push creates it again",
 			"old_tip", w.remoteTip.String())
 		return true, nil
@@ -120,48 +119,87 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		switch {
 		case w.gc.known(tip) || w.reaches(old, tip, rewindScanLimit):
 			w.gc.rewound(tip)
+			w.held = nil // what the commits it dropped carried is gone with them
 			w.log.Warn("remote branch was rewound to an older commit (force-push); rebuilding unpushed commits on it",
 				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
 		case exhausted:
 			w.gc.forget()
+			w.held = nil
 			w.log.Warn("remote branch history was replaced (force-push); rebuilding unpushed commits on its tip",
 				"old_tip", old.String(), "new_tip", tip.String(), "commits", len(w.plans))
 		}
 	}
-	base := w.remoteTip // what the worker last pushed, or last saw
 	w.remoteTip = tip
 	w.stale = true
-	if err := w.readHeld(ctx, w.store, tip); err != nil {
-		// The rebuild goes on without it: a replayed version the other writer pushed may be
-		// committed again, as before push records existed.
-		w.log.Warn("cannot read the last push record after the branch moved", "err", err)
+	// What the branch holds now that this worker did not commit: every commit between the tip
+	// it last pushed or saw and the new one (carried.go).
+	foreign, complete := w.takeIn(w.store, tip, old, len(w.plans)+historyScanSlack+1)
+	if !complete {
+		w.log.Warn("the branch moved further than the worker fetched; changes the commits it did not see carry may be committed again",
+			"old_tip", old.String(), "remote_tip", tip.String())
 	}
-	w.foreignEdits(base, tip)
+	if complete {
+		w.foreignEdits(tip, foreign)
+	} else {
+		w.foreignEditsBetween(old, tip)
+	}
 	return true, nil
 }
 
-// foreignEdits reports, through OnReplay, the open folders whose tree differs between base, the
-// branch as the worker last pushed or saw it, and tip, where someone else's commits moved it
-// (or rewound or replaced it). The branch no longer holds what the worker pushed into those
-// folders: their GitTargets' streams hand their state over again, so that every file is as the
-// cluster again (an unchanged object whose file differs is written again by the committer). A
-// folder whose tree cannot be read at one of the commits counts as changed.
-func (w *Worker) foreignEdits(base, tip plumbing.Hash) {
+// foreignEdits reports, through OnReplay, the open folders that someone else's commits changed
+// (foreign, as takeIn found them between the tip the worker last pushed or saw and tip). The
+// branch no longer holds what the worker pushed into those folders: their GitTargets' streams
+// hand their state over again, so that every file is as the cluster again (an unchanged object
+// whose file differs is written again by the committer). Commits of the worker's own slot,
+// another replica's or an older epoch's, are not someone else's: what they carry is held
+// (carried.go), and the streams hand it over anyway. A folder whose tree cannot be read at a
+// commit or its parent counts as changed.
+func (w *Worker) foreignEdits(tip plumbing.Hash, foreign []*object.Commit) {
+	if w.opts.OnReplay == nil || len(foreign) == 0 {
+		return
+	}
+	tb := w.builder()
+	w.replayFolders(tip, func(path string) bool {
+		for _, c := range foreign {
+			var parent plumbing.Hash
+			if len(c.ParentHashes) > 0 {
+				parent = c.ParentHashes[0]
+			}
+			after, aerr := tb.dirAt(c.Hash, path)
+			before, berr := tb.dirAt(parent, path)
+			if aerr != nil || berr != nil || before != after {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// foreignEditsBetween is foreignEdits when the commits between base and tip are not all known
+// (the branch was rewound or replaced, or moved further than the fetch reached): every open
+// folder whose tree differs between them.
+func (w *Worker) foreignEditsBetween(base, tip plumbing.Hash) {
 	if w.opts.OnReplay == nil || base.IsZero() {
 		return
 	}
 	tb := w.builder()
+	w.replayFolders(tip, func(path string) bool {
+		before, berr := tb.dirAt(base, path)
+		after, aerr := tb.dirAt(tip, path)
+		return berr != nil || aerr != nil || before != after
+	})
+}
+
+// replayFolders reports through OnReplay the open folders changed says someone else changed.
+func (w *Worker) replayFolders(tip plumbing.Hash, changed func(path string) bool) {
 	var folders []string
 	for key, g := range w.gates {
 		if g.state != gateOpen {
 			continue // not the worker's folder yet: nothing was pushed there
 		}
-		before, berr := tb.dirAt(base, g.path)
-		after, aerr := tb.dirAt(tip, g.path)
-		if berr == nil && aerr == nil && before == after {
-			continue
+		if changed(g.path) {
+			folders = append(folders, key)
 		}
-		folders = append(folders, key)
 	}
 	if len(folders) == 0 {
 		return

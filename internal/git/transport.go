@@ -131,6 +131,29 @@ func (w *Worker) branchIn(ar *packp.AdvRefs) (plumbing.Hash, bool) {
 // tip last seen, whose trees store holds) and their trees, and their blobs only when the server
 // cannot filter them out, or when blobs is set. It returns the tip, or errNoBranch.
 func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plumbing.Hash, depth int, blobs bool) (plumbing.Hash, error) {
+	filter := packp.FilterBlobNone()
+	if blobs {
+		filter = ""
+	}
+	return w.fetchFiltered(ctx, store, have, depth, filter)
+}
+
+// fetchHistory fetches the commits of the branch's tip, depth deep, without their trees or
+// blobs when the server can filter them (filter tree:0), into store. It returns the tip, which
+// must be tip: a branch that moved meanwhile fails it.
+func (w *Worker) fetchHistory(ctx context.Context, store *memory.Storage, tip plumbing.Hash, depth int) (plumbing.Hash, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.opTimeout)
+	defer cancel()
+	got, err := w.fetchFiltered(ctx, store, plumbing.ZeroHash, depth, packp.FilterTreeDepth(0))
+	if err == nil && got != tip {
+		err = fmt.Errorf("%w: it is at %s, the worker opened it at %s", errRemoteMoved, got, tip)
+	}
+	return got, err
+}
+
+// fetchFiltered is fetchInto with the object filter to ask for ("" for none).
+func (w *Worker) fetchFiltered(ctx context.Context, store *memory.Storage, have plumbing.Hash, depth int, filter packp.Filter) (plumbing.Hash, error) {
+	blobs := filter == ""
 	cl, ep, auth, err := w.dial()
 	if err != nil {
 		return plumbing.ZeroHash, err
@@ -163,7 +186,7 @@ func (w *Worker) fetchInto(ctx context.Context, store *memory.Storage, have plum
 	}
 	if caps.Supports(capability.Filter) && !blobs {
 		_ = req.Capabilities.Set(capability.Filter)
-		req.Filter = packp.FilterBlobNone()
+		req.Filter = filter
 	}
 	req.Wants = []plumbing.Hash{tip}
 	if !have.IsZero() {

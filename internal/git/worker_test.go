@@ -36,7 +36,7 @@ func TestFirstCommitIntoEmptyRemote(t *testing.T) {
 
 	body := runGit(t, "", "--git-dir="+gitDir, "log", "-1", "--format=%B", "main")
 	require.Equal(t, "create configmaps demo/app-config\n\n"+
-		"create core/configmaps demo/app-config resourceVersion=100\n\n"+
+		"create core/configmaps demo/app-config resourceVersion=100 uid=uid-app-config\n\n"+
 		"Kubescribe-User: alice\n"+
 		"Kubescribe-Audit-ID: a1\n"+
 		"Kubescribe-Attribution: resolved\n"+
@@ -138,9 +138,9 @@ func TestMergedCommitMessage(t *testing.T) {
 		gitLog(t, gitDir, "main", "%an|%ae|%aI"), "author time is the newest change's")
 	body := runGit(t, "", "--git-dir="+gitDir, "log", "-1", "--format=%B", "main")
 	require.Equal(t, "3 changes by alice\n\n"+
-		"create core/configmaps demo/one resourceVersion=100\n"+
-		"update core/configmaps demo/two resourceVersion=100\n"+
-		"create core/namespaces kube-public resourceVersion=100\n\n"+
+		"create core/configmaps demo/one resourceVersion=100 uid=uid-one\n"+
+		"update core/configmaps demo/two resourceVersion=100 uid=uid-two\n"+
+		"create core/namespaces kube-public resourceVersion=100 uid=uid-kube-public\n\n"+
 		"Kubescribe-User: alice\n"+
 		"Kubescribe-Audit-ID: a1\n"+
 		"Kubescribe-Audit-ID: a2\n"+

@@ -61,15 +61,15 @@ func slotWorker(t *testing.T, url, slot string, epoch int64, window time.Duratio
 func TestAStaleWriterGivesTheBranchUpToANewerOne(t *testing.T) {
 	gitDir, url := newBareRemote(t)
 	old, newer := epochWorker(t, url, 1, 10*time.Millisecond)
-	old.Submit("team", by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	old.Submit("team", by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)))
 	old.waitPushed(t)
 
 	next, _ := epochWorker(t, url, 2, 10*time.Millisecond)
-	next.Submit("team", by("bob", "b1", cmChange(watch.OpUpdate, "demo", "app", "2")))
+	next.Submit("team", by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 103)))
 	next.waitPushed(t)
 
 	// The stale writer still holds an older view of the object and commits it.
-	old.Submit("team", by("alice", "a2", cmChange(watch.OpUpdate, "demo", "app", "1b")))
+	old.Submit("team", by("alice", "a2", version(cmChange(watch.OpUpdate, "demo", "app", "1b"), 102)))
 	require.Eventually(t, old.Superseded, 20*time.Second, 10*time.Millisecond)
 	// OnSuperseded is called after the worker marked itself superseded.
 	require.Eventually(t, func() bool { return newer.Load() == 2 }, 20*time.Second, 10*time.Millisecond)
@@ -206,14 +206,14 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 	b := startRouter(t, RouterOptions{Epochs: epochs})
 	dest := Destination{Remote: testRemote(url), Branch: "main", Path: "team"}
 	require.NoError(t, a.Route(tenants, dest))
-	a.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
+	a.Deliver(by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)))
 	require.Eventually(t, func() bool { return a.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, b.Route(tenants, dest))
-	b.Deliver(by("bob", "b1", cmChange(watch.OpUpdate, "demo", "app", "2")))
+	b.Deliver(by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 103)))
 	require.Eventually(t, func() bool { return b.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
 
-	a.Deliver(by("alice", "a2", cmChange(watch.OpUpdate, "demo", "app", "1b")))
+	a.Deliver(by("alice", "a2", version(cmChange(watch.OpUpdate, "demo", "app", "1b"), 102)))
 	require.Eventually(t, func() bool { return !a.Routed(tenants) }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1.0, testutil.ToFloat64(metrics.supersedes))
 	last := a.LastSuperseded(dest.Remote.Provider, "main")
@@ -239,7 +239,7 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 	a.ClearSuperseded()
 	require.Equal(t, last, a.LastSuperseded(dest.Remote.Provider, "main"), "kept: what the worker dropped is still to be handed over")
 	require.NoError(t, a.Route(tenants, dest))
-	a.Deliver(by("carol", "c1", cmChange(watch.OpUpdate, "demo", "app", "4")))
+	a.Deliver(by("carol", "c1", version(cmChange(watch.OpUpdate, "demo", "app", "4"), 104)))
 	require.Eventually(t, func() bool {
 		return len(gitLog(t, gitDir, "main", "%H")) == 3
 	}, 20*time.Second, 10*time.Millisecond)

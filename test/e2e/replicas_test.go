@@ -201,7 +201,7 @@ type committedChange struct {
 	branch, commit, author, ns, name, rv string
 }
 
-var changeLine = regexp.MustCompile(`^(create|update|delete) core/configmaps (\S+)/(\S+) resourceVersion=(\d+)$`)
+var changeLine = regexp.MustCompile(`^(create|update|delete) core/configmaps (\S+)/(\S+) resourceVersion=(\d+)( uid=\S+)?$`)
 
 // history reads every commit of the three branches: their change lines, and the commits
 // attributed to nobody (unresolved) or to the committer (a snapshot).

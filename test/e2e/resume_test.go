@@ -111,7 +111,7 @@ func (m *mirror) changeLines(t *testing.T, skip int) []string {
 		}
 		author, body, _ := strings.Cut(commit, "\n")
 		for _, l := range strings.Split(body, "\n") {
-			if f := strings.Fields(l); len(f) >= 3 && strings.HasPrefix(f[len(f)-1], "resourceVersion=") {
+			if f := strings.Fields(l); len(f) >= 4 && strings.HasPrefix(f[3], "resourceVersion=") {
 				lines = append(lines, author+"|"+l)
 			}
 		}
