@@ -48,6 +48,7 @@ type Metrics struct {
 	startOvers   prometheus.Counter
 	branchChecks *prometheus.CounterVec
 	supersedes   prometheus.Counter
+	epochsForged prometheus.Counter
 	released     prometheus.Counter
 	duplicates   prometheus.Counter
 }
@@ -117,9 +118,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kubescribe_git_writer_superseded_total",
 			Help: "Git workers that gave their branch up because a commit of a newer writer epoch (another replica that took the branch over) was on it; what they held unpushed is written by the newer writer.",
 		}),
+		epochsForged: f.NewCounter(prometheus.CounterOpts{
+			Name: "kubescribe_git_writer_epochs_ignored_total",
+			Help: "Writer epochs claimed by a commit on a branch, above the worker's, that supersede nothing: never handed out by the Redis counter (pushed by someone with push access), or not checkable (Redis did not answer).",
+		}),
 		duplicates: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_replayed_duplicates_total",
-			Help: "Replayed changes not committed because the branch already held their version, or a newer one: the last push of a writer lost before its resume cursors advanced.",
+			Help: "Changes not committed because the branch already held their version, or a newer one, from commits another writer of the slot made: another replica writing at once, or a writer lost before its resume cursors advanced.",
 		}),
 		released: f.NewCounter(prometheus.CounterOpts{
 			Name: "kubescribe_git_released_changes_total",
@@ -170,6 +175,12 @@ func (m *Metrics) addPending(n int) {
 func (m *Metrics) superseded() {
 	if m != nil {
 		m.supersedes.Inc()
+	}
+}
+
+func (m *Metrics) epochIgnored() {
+	if m != nil {
+		m.epochsForged.Inc()
 	}
 }
 

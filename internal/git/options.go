@@ -167,6 +167,9 @@ type Options struct {
 	// branch holds already, pushed by a writer killed before its cursors advanced, makes no
 	// commit. Keyed by WriterSlot, Branch and writer epoch; used only with a WriterSlot.
 	Pushes *Deliveries
+	// EpochIssued, when set, tells whether a writer epoch a commit's trailer claims, above the
+	// worker's, was handed out (WriterEpochs.Issued); one that was not supersedes nothing.
+	EpochIssued func(ctx context.Context, epoch int64) (bool, error)
 	// OnSuperseded is called, from the worker goroutine, when the worker gave its branch up to
 	// a writer of a newer epoch; Run returns then. It must not block.
 	OnSuperseded func(newer int64)

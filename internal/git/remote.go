@@ -38,7 +38,8 @@ func (w *Worker) open(ctx context.Context) error {
 		return err
 	}
 	if w.epoch > 0 && !tip.IsZero() {
-		if c, err := object.GetCommit(store, tip); err == nil && commitEpoch(c.Message, w.opts.WriterSlot) > w.epoch {
+		if c, err := object.GetCommit(store, tip); err == nil && commitEpoch(c.Message, w.opts.WriterSlot) > w.epoch &&
+			w.honoured(ctx, commitEpoch(c.Message, w.opts.WriterSlot)) {
 			w.store = store // read by nothing more: the worker stops
 			w.supersede(commitEpoch(c.Message, w.opts.WriterSlot))
 			return errSuperseded
@@ -103,7 +104,7 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	old := w.remoteTip
-	if newer := w.newerWriter(tip, old, len(w.plans)+historyScanSlack+1); newer > 0 {
+	if newer := w.newerWriter(tip, old, len(w.plans)+historyScanSlack+1); newer > 0 && w.honoured(ctx, newer) {
 		w.supersede(newer)
 		return false, errSuperseded
 	}

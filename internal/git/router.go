@@ -155,6 +155,8 @@ type EpochSource interface {
 	Next(ctx context.Context, provider types.NamespacedName, branch string) (int64, error)
 	// Reached records an epoch found on the branch.
 	Reached(ctx context.Context, provider types.NamespacedName, branch string, epoch int64) error
+	// Issued tells whether an epoch a commit claims may have been handed out.
+	Issued(ctx context.Context, provider types.NamespacedName, branch string, epoch int64) (bool, error)
 }
 
 // workerKey names the single writer of one branch of one provider's repository.
@@ -665,6 +667,7 @@ func (r *Router) ensureWorkerLocked(k workerKey, remote Remote) (*runningWorker,
 		OnCloseAccepted:   r.closeAccepted,
 		OnReplay:          func(req ReplayRequest) { r.onReplay(k, req) },
 		WriterEpoch:       r.writerEpoch(k),
+		EpochIssued:       r.epochIssued(k),
 		WriterSlot:        k.provider.String(),
 		Pushes:            r.opts.Pushes,
 		OnSuperseded:      func(newer int64) { r.onSuperseded(rw, newer) },
@@ -706,6 +709,16 @@ func (r *Router) writerEpoch(k workerKey) func(context.Context) (int64, error) {
 		return nil
 	}
 	return func(ctx context.Context) (int64, error) { return r.opts.Epochs.Next(ctx, k.provider, k.branch) }
+}
+
+// epochIssued checks the epochs the workers of k find on the branch, when the router has Epochs.
+func (r *Router) epochIssued(k workerKey) func(context.Context, int64) (bool, error) {
+	if r.opts.Epochs == nil {
+		return nil
+	}
+	return func(ctx context.Context, epoch int64) (bool, error) {
+		return r.opts.Epochs.Issued(ctx, k.provider, k.branch, epoch)
+	}
 }
 
 // reached raises the branch's epoch counter to epoch, found on the branch: a counter Redis lost

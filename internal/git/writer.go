@@ -66,6 +66,34 @@ func (e *WriterEpochs) Next(ctx context.Context, provider types.NamespacedName, 
 	return n, nil
 }
 
+// maxWriterEpoch bounds the epochs a commit's trailer may claim: far above what INCR reaches
+// (one worker start a millisecond for 30 years), far below where INCR overflows. A trailer past
+// it is someone's forgery and never honoured.
+const maxWriterEpoch int64 = 1 << 40
+
+// issuedScript answers whether ARGV[1] may be an epoch handed out for KEYS[1]: at most its
+// counter, or, when the counter is missing (Redis lost it), at most maxWriterEpoch.
+var issuedScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+local n = tonumber(ARGV[1])
+if v == false then
+  return n <= tonumber(ARGV[2]) and 1 or 0
+end
+return n <= (tonumber(v) or 0) and 1 or 0
+`)
+
+// Issued reports whether epoch, found in a commit's trailer, may have been handed out for the
+// branch of provider: it is at most the counter, or the counter is missing (Redis lost it) and
+// epoch is at most maxWriterEpoch. A trailer above a counter Redis holds was written by
+// someone with push access, not by a kubescribe writer: it supersedes nobody.
+func (e *WriterEpochs) Issued(ctx context.Context, provider types.NamespacedName, branch string, epoch int64) (bool, error) {
+	n, err := issuedScript.Run(ctx, e.rdb, []string{e.prefix.Key("writer", provider.String(), branch)}, epoch, maxWriterEpoch).Int()
+	if err != nil {
+		return false, fmt.Errorf("writer epoch: %w", err)
+	}
+	return n == 1, nil
+}
+
 // reachedScript sets KEYS[1] to ARGV[1] when that is higher than its value (none: 0).
 var reachedScript = redis.NewScript(`
 local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
@@ -82,6 +110,9 @@ return v
 // failover before replication, a flush); without this, a new worker would take an epoch lower
 // than the branch's and be superseded by it again at once, once per epoch it lags.
 func (e *WriterEpochs) Reached(ctx context.Context, provider types.NamespacedName, branch string, epoch int64) error {
+	if epoch > maxWriterEpoch {
+		return fmt.Errorf("writer epoch %d is above %d: never handed out", epoch, maxWriterEpoch)
+	}
 	if err := reachedScript.Run(ctx, e.rdb, []string{e.prefix.Key("writer", provider.String(), branch)}, epoch).Err(); err != nil {
 		return fmt.Errorf("writer epoch: %w", err)
 	}
@@ -154,6 +185,40 @@ func (w *Worker) newerWriter(tip, stop plumbing.Hash, limit int) int64 {
 		return true
 	})
 	return newest
+}
+
+// honoured reports whether a commit's trailer epoch newer, above the worker's, was really handed
+// out (Options.EpochIssued): otherwise it is someone's forgery, which is logged and counted and
+// supersedes nothing. Correctness does not rest on epochs (carried.go): a worker that cannot
+// tell goes on writing.
+func (w *Worker) honoured(ctx context.Context, newer int64) bool {
+	if newer > maxWriterEpoch {
+		w.forgedEpoch(newer, nil)
+		return false
+	}
+	if w.opts.EpochIssued == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+	defer cancel()
+	ok, err := w.opts.EpochIssued(ctx, newer)
+	if err != nil || !ok {
+		w.forgedEpoch(newer, err)
+		return false
+	}
+	return true
+}
+
+// forgedEpoch logs a trailer epoch that supersedes nothing.
+func (w *Worker) forgedEpoch(epoch int64, err error) {
+	w.opts.Metrics.epochIgnored()
+	if err != nil {
+		w.log.Warn("cannot check the writer epoch a commit on the branch claims; this writer goes on (a change the branch holds is not committed again either way)",
+			"claimed", epoch, "err", err)
+		return
+	}
+	w.log.Warn("a commit on the branch claims a writer epoch that was never handed out (pushed by someone with push access); it supersedes nothing",
+		"claimed", epoch)
 }
 
 // supersede gives the branch up to the writer of epoch newer: everything held is dropped

@@ -2,6 +2,8 @@ package git
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,28 +137,29 @@ func TestAWriterThatClonesANewerWritersBranchGivesUp(t *testing.T) {
 	require.Len(t, gitLog(t, gitDir, "main", "%H"), 1)
 }
 
-// A counter that lags the branch (Redis lost it: a new worker takes epoch 1 where epoch 7
-// pushed) is raised to the epoch the superseded worker found, so the next worker takes a
-// higher one and writes, instead of being superseded once per epoch the counter lags.
-func TestASupersededWorkerRaisesTheEpochCounter(t *testing.T) {
+// A counter that lags the branch (Redis lost it, and a new worker took epoch 1 where epoch 7
+// pushed) cannot tell epoch 7 from a forgery: it was never handed out by the counter Redis now
+// holds. The new worker is not superseded by it; it writes on, on top of epoch 7's commits,
+// whose changes it does not commit again (carried.go). Correctness does not rest on epochs.
+func TestAWorkerBelowAnEpochItsCounterNeverIssuedWritesOn(t *testing.T) {
 	gitDir, url := newBareRemote(t)
 	before, _ := epochWorker(t, url, 7, 10*time.Millisecond)
-	before.Submit("team", by("bob", "b1", cmChange(watch.OpCreate, "demo", "db", "1")))
+	db := by("bob", "b1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 101))
+	before.Submit("team", db)
 	before.waitPushed(t)
 
 	epochs := &counterEpochs{} // the counter Redis lost
-	r := startRouter(t, RouterOptions{Epochs: epochs, SupersededHold: time.Hour})
+	metrics := NewMetrics(prometheus.NewRegistry())
+	r := startRouter(t, RouterOptions{Epochs: epochs, SupersededHold: time.Hour, Metrics: metrics})
 	dest := Destination{Remote: testRemote(url), Branch: "main", Path: "team"}
 	require.NoError(t, r.Route(tenants, dest))
-	r.Deliver(by("alice", "a1", cmChange(watch.OpCreate, "demo", "app", "1")))
-	require.Eventually(t, func() bool { return !r.Routed(tenants) }, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, int64(7), epochs.n.Load(), "the counter raised to the epoch found")
-
-	r.ClearSuperseded()
-	require.NoError(t, r.Route(tenants, dest))
-	r.Deliver(by("alice", "a2", cmChange(watch.OpCreate, "demo", "app", "2")))
+	r.Deliver(db)
+	r.Deliver(by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 102)))
 	require.Eventually(t, func() bool { return r.TargetStatus(tenants).LastCommit != "" }, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, []string{"alice team-a/git 8", "bob team-a/git 7"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
+	require.True(t, r.Routed(tenants))
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.epochsForged))
+	require.Zero(t, testutil.ToFloat64(metrics.supersedes))
+	require.Equal(t, []string{"alice team-a/git 1", "bob team-a/git 7"}, gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)"))
 }
 
 // WriterEpochs.Reached raises the counter to a higher epoch and never lowers it.
@@ -182,6 +185,10 @@ type counterEpochs struct{ n atomic.Int64 }
 
 func (c *counterEpochs) Next(context.Context, types.NamespacedName, string) (int64, error) {
 	return c.n.Add(1), nil
+}
+
+func (c *counterEpochs) Issued(_ context.Context, _ types.NamespacedName, _ string, epoch int64) (bool, error) {
+	return epoch <= c.n.Load(), nil
 }
 
 func (c *counterEpochs) Reached(_ context.Context, _ types.NamespacedName, _ string, epoch int64) error {
@@ -244,4 +251,60 @@ func TestRouterOfASupersededWriterReleasesItsTargets(t *testing.T) {
 		return len(gitLog(t, gitDir, "main", "%H")) == 3
 	}, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, "carol team-a/git 3", gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)")[0])
+}
+
+// The attack of a pushed trailer: someone with push access pushes a commit claiming the slot's
+// writer epoch MaxInt64 (and another one just above the counter). The worker does not give the
+// branch up for either, the counter is never raised to them (and so never overflows), and the
+// next worker takes the next epoch and writes on. An epoch above the counter is honoured only
+// where Redis lost the counter, and never past maxWriterEpoch.
+func TestAForgedWriterEpochSupersedesNobody(t *testing.T) {
+	ctx := context.Background()
+	gitDir, url := newBareRemote(t)
+	epochs := NewWriterEpochs(redistest.Start(t), keyspace.MustParse("test:"))
+	provider := types.NamespacedName{Namespace: "team-a", Name: "git"}
+	worker := func() *testWorker {
+		opts := testOptions(url)
+		opts.CommitWindow = 10 * time.Millisecond
+		opts.WriterSlot = "team-a/git"
+		opts.WriterEpoch = func(ctx context.Context) (int64, error) { return epochs.Next(ctx, provider, "main") }
+		opts.EpochIssued = func(ctx context.Context, e int64) (bool, error) { return epochs.Issued(ctx, provider, "main", e) }
+		opts.OnSuperseded = func(n int64) { _ = epochs.Reached(ctx, provider, "main", n) }
+		opts.Metrics = NewMetrics(prometheus.NewRegistry())
+		return startWorker(t, opts)
+	}
+	w := worker()
+	w.Submit("team", by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)))
+	w.waitPushed(t)
+
+	for _, forged := range []string{"9223372036854775807", "2"} {
+		bobCommits(t, url, "main", "innocent\n\nKubescribe-Writer: team-a/git "+forged, func(dir string) {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "elsewhere"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "elsewhere", forged), []byte("x"), 0o644))
+			runGit(t, dir, "add", "elsewhere")
+		})
+	}
+	w.Submit("team", by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102)))
+	require.Eventually(t, func() bool { return len(w.pushes.commits()) == 2 }, 20*time.Second, 10*time.Millisecond, "%s", w.logs.String())
+	require.False(t, w.Superseded())
+	require.GreaterOrEqual(t, testutil.ToFloat64(w.opts.Metrics.epochsForged), 1.0)
+	require.Contains(t, w.logs.String(), "claims a writer epoch that was never handed out")
+	require.NoError(t, w.stop(t))
+
+	// The next worker opens the branch, whose tip is w's commit, below them the forged ones.
+	next := worker()
+	next.Submit("team", by("carol", "c1", version(cmChange(watch.OpUpdate, "demo", "app", "3"), 103)))
+	next.waitPushed(t)
+	require.Equal(t, "carol team-a/git 2", gitLog(t, gitDir, "main", "%an %(trailers:key=Kubescribe-Writer,valueonly,separator=)")[0])
+	require.Error(t, epochs.Reached(ctx, provider, "main", 1<<62), "never raised past maxWriterEpoch")
+	n, err := epochs.Next(ctx, provider, "main")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+
+	ok, err := epochs.Issued(ctx, provider, "lost", 40)
+	require.NoError(t, err)
+	require.True(t, ok, "a counter Redis lost: the branch's epoch is honoured")
+	ok, err = epochs.Issued(ctx, provider, "lost", maxWriterEpoch+1)
+	require.NoError(t, err)
+	require.False(t, ok)
 }
