@@ -23,7 +23,8 @@ import (
 //
 // Only commits of the worker's own slot (its Kubescribe-Writer trailer) are read: they are
 // the ones whose lines say what kubescribe wrote into the slot's folders. Anyone else's commits
-// are someone else's edits (foreignEdits).
+// are someone else's edits (foreignEdits). With signing, a commit is the slot's only when it is
+// signed with the slot's key: a pushed trailer alone makes nobody's commit kubescribe's.
 
 // FolderTrailer is the commit trailer that names the GitTarget folder a commit wrote.
 const FolderTrailer = "Kubescribe-Folder"
@@ -125,9 +126,14 @@ func parseChangeLine(line, cluster string) (object string, rv uint64, ok bool) {
 	return cluster + "\x00" + group + "/" + resource + "\x00" + ns + "/" + name, rv, true
 }
 
-// hold adds what c carries for slot to b. It reports whether c is a commit of slot.
-func (b onBranch) hold(c *object.Commit, slot string) bool {
+// hold adds what c carries for slot to b. It reports whether c is a commit of slot: signed with
+// signer, when commits are signed (signedBy); a commit that only claims the slot's trailer is
+// someone else's.
+func (b onBranch) hold(c *object.Commit, slot string, signer Signer) bool {
 	cr, ok := carriedBy(c, slot)
+	if ok && !signedBy(c, signer) {
+		return false
+	}
 	if !ok {
 		return false
 	}
@@ -159,7 +165,7 @@ func (w *Worker) takeIn(s storer.EncodedObjectStorer, tip, stop plumbing.Hash, l
 		if len(c.ParentHashes) == 0 && !stop.IsZero() {
 			complete = false // the root, and stop was not on the way
 		}
-		if !w.held.hold(c, w.opts.WriterSlot) {
+		if !w.held.hold(c, w.opts.WriterSlot, w.currentSigner()) {
 			foreign = append(foreign, c)
 		}
 		return true

@@ -249,7 +249,7 @@ func (w *Worker) scanAtOpen(s storer.EncodedObjectStorer, tip plumbing.Hash, rec
 		if err != nil {
 			return read, false, nil
 		}
-		own := w.held.hold(c, w.opts.WriterSlot)
+		own := w.held.hold(c, w.opts.WriterSlot, w.currentSigner())
 		switch {
 		case push != nil:
 		case !own:

@@ -39,7 +39,7 @@ func (w *Worker) open(ctx context.Context) error {
 	}
 	if w.epoch > 0 && !tip.IsZero() {
 		if c, err := object.GetCommit(store, tip); err == nil && commitEpoch(c.Message, w.opts.WriterSlot) > w.epoch &&
-			w.honoured(ctx, commitEpoch(c.Message, w.opts.WriterSlot)) {
+			signedBy(c, w.currentSigner()) && w.honoured(ctx, commitEpoch(c.Message, w.opts.WriterSlot)) {
 			w.store = store // read by nothing more: the worker stops
 			w.supersede(commitEpoch(c.Message, w.opts.WriterSlot))
 			return errSuperseded

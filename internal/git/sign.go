@@ -30,6 +30,8 @@ type Signer interface {
 	// Key names the key: its format and public fingerprint. Two Signers with the same Key sign
 	// with the same key.
 	Key() string
+	// Verify reports whether signature is this key's signature of payload.
+	Verify(payload []byte, signature string) bool
 }
 
 // Signing-key formats, as git's gpg.format names them.
@@ -107,6 +109,14 @@ func (s *sshSigner) Sign(payload []byte) (string, error) {
 	return string(sshsig.Armor(sig)), nil
 }
 
+func (s *sshSigner) Verify(payload []byte, signature string) bool {
+	sig, err := sshsig.Unarmor([]byte(signature))
+	if err != nil {
+		return false
+	}
+	return sshsig.Verify(bytes.NewReader(payload), sig, s.signer.PublicKey(), sig.HashAlgorithm, sshSigNamespace) == nil
+}
+
 func (s *sshSigner) Key() string    { return s.key }
 func (s *sshSigner) String() string { return s.key }
 
@@ -163,6 +173,11 @@ func (s *openPGPSigner) Sign(payload []byte) (string, error) {
 	return out.String(), nil
 }
 
+func (s *openPGPSigner) Verify(payload []byte, signature string) bool {
+	_, err := openpgp.CheckArmoredDetachedSignature(openpgp.EntityList{s.entity}, bytes.NewReader(payload), strings.NewReader(signature), nil)
+	return err == nil
+}
+
 func (s *openPGPSigner) Key() string    { return s.key }
 func (s *openPGPSigner) String() string { return s.key }
 
@@ -180,6 +195,8 @@ func (s refusingSigner) Sign([]byte) (string, error) {
 
 func (s refusingSigner) Key() string { return "no usable key (" + s.reason + ")" }
 
+func (s refusingSigner) Verify([]byte, string) bool { return false }
+
 // signerKey names s for comparisons; "" for none.
 func signerKey(s Signer) string {
 	if s == nil {
@@ -195,25 +212,49 @@ func signCommit(c *object.Commit, s Signer) error {
 		return nil
 	}
 	c.PGPSignature = ""
-	var unsigned plumbing.MemoryObject
-	if err := c.EncodeWithoutSignature(&unsigned); err != nil {
+	payload, err := signedPayload(c)
+	if err != nil {
 		return fmt.Errorf("encode commit to sign: %w", err)
 	}
-	r, err := unsigned.Reader()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	var payload bytes.Buffer
-	if _, err := payload.ReadFrom(r); err != nil {
-		return err
-	}
-	sig, err := s.Sign(payload.Bytes())
+	sig, err := s.Sign(payload)
 	if err != nil {
 		return fmt.Errorf("sign commit: %w", err)
 	}
 	c.PGPSignature = sig
 	return nil
+}
+
+// signedPayload is c encoded without its signature: what a signature of c signs.
+func signedPayload(c *object.Commit) ([]byte, error) {
+	var unsigned plumbing.MemoryObject
+	if err := c.EncodeWithoutSignature(&unsigned); err != nil {
+		return nil, err
+	}
+	r, err := unsigned.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var payload bytes.Buffer
+	if _, err := payload.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	return payload.Bytes(), nil
+}
+
+// signedBy reports whether c carries s's signature; with no s (signing is not configured),
+// whether c is any commit at all. What a commit's trailers say (its writer epoch, the changes it
+// carries) is believed only of a commit signedBy the worker's key: anyone with push access can
+// write trailers, only kubescribe holds the key.
+func signedBy(c *object.Commit, s Signer) bool {
+	if s == nil {
+		return true
+	}
+	if c.PGPSignature == "" {
+		return false
+	}
+	payload, err := signedPayload(c)
+	return err == nil && s.Verify(payload, c.PGPSignature)
 }
 
 // Refuses reports whether s is a RefusingSigner.

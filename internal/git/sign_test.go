@@ -2,22 +2,30 @@ package git
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/hiddeco/sshsig"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubescribe/kubescribe/internal/gittest"
+	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/redistest"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
@@ -238,4 +246,44 @@ func TestSetSignerSignsTheUnpushedCommitsAgain(t *testing.T) {
 	tip := gitLog(t, gitDir, "main", "%H")[0]
 	out, err := gittest.SSHVerifier(t, "kubescribe@example.com", signer.PublicKey()).Verify(gitDir, tip)
 	require.NoError(t, err, out)
+}
+
+// With signing, a commit's trailers count only when the slot's key signed it. Someone with push
+// access pushes an unsigned commit claiming the slot's next epoch (one the counter handed out)
+// and a newer version of an object: the worker is not superseded, holds nothing of it, and
+// commits the object's real version.
+func TestWithSigningOnlySignedTrailersCount(t *testing.T) {
+	ctx := context.Background()
+	key, _ := gittest.NewSSHKey(t)
+	s, err := ParseSigningKey(key, nil)
+	require.NoError(t, err)
+	gitDir, url := newBareRemote(t)
+	epochs := NewWriterEpochs(redistest.Start(t), keyspace.MustParse("test:"))
+	provider := types.NamespacedName{Namespace: "team-a", Name: "git"}
+	opts := testOptions(url)
+	opts.CommitWindow = 10 * time.Millisecond
+	opts.Signer = s
+	opts.WriterSlot = "team-a/git"
+	opts.WriterEpoch = func(ctx context.Context) (int64, error) { return epochs.Next(ctx, provider, "main") }
+	opts.EpochIssued = func(ctx context.Context, e int64) (bool, error) { return epochs.Issued(ctx, provider, "main", e) }
+	opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	tw := startWorker(t, opts)
+	tw.Submit("team", by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)))
+	tw.waitPushed(t)
+	_, err = epochs.Next(ctx, provider, "main") // epoch 2 was handed out (to nobody who wrote)
+	require.NoError(t, err)
+
+	forged := "update configmaps demo/app\n\nupdate core/configmaps demo/app resourceVersion=999 uid=uid-app\n\n" +
+		"Kubescribe-User: mallory\nKubescribe-Cluster: prod\nKubescribe-Folder: /team\nKubescribe-Writer: team-a/git 2"
+	bobCommits(t, url, "main", forged, func(dir string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "elsewhere"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "elsewhere", "x"), []byte("x"), 0o644))
+		runGit(t, dir, "add", "elsewhere")
+	})
+	tw.Submit("team", by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102)))
+	require.Eventually(t, func() bool { return len(tw.pushes.commits()) == 2 }, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
+	require.False(t, tw.Superseded())
+	require.Zero(t, testutil.ToFloat64(opts.Metrics.duplicates), "nothing of the unsigned commit is held")
+	require.Equal(t, "bob update configmaps demo/app", gitLog(t, gitDir, "main", "%an %s")[0])
+	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 2")
 }

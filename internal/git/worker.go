@@ -660,15 +660,15 @@ func (w *Worker) closeWindow() {
 	w.setLocalTip(sha)
 }
 
-// noteDuplicates logs and counts, once per plan, the replayed changes its materialization left
-// out because the branch held them already.
+// noteDuplicates logs and counts, once per plan, the changes its materialization left out
+// because the branch held them already (carried.go).
 func (w *Worker) noteDuplicates(p *plan) {
 	if p.duplicates == 0 || p.duplicatesNoted {
 		return
 	}
 	p.duplicatesNoted = true
 	w.opts.Metrics.replayDuplicates(p.duplicates)
-	w.log.Info("replayed changes the branch already holds from its previous writer's last push; not committed again",
+	w.log.Info("changes the branch already holds from another writer's commits; not committed again",
 		"target", p.target.String(), "changes", p.duplicates)
 }
 

@@ -179,7 +179,7 @@ func (w *Worker) newerWriter(tip, stop plumbing.Hash, limit int) int64 {
 		if err != nil {
 			return false
 		}
-		if e := commitEpoch(c.Message, w.opts.WriterSlot); e > w.epoch {
+		if e := commitEpoch(c.Message, w.opts.WriterSlot); e > w.epoch && signedBy(c, w.currentSigner()) {
 			newest = max(newest, e)
 		}
 		return true
