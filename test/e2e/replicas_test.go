@@ -47,9 +47,14 @@ type replicaEnv struct {
 // waits until every rule is Ready.
 func startReplicas(t *testing.T, opts stack.Options) *replicaEnv {
 	t.Helper()
-	s := startStack(t, opts)
+	return startReplicasOn(t, startStack(t, opts), replicaNames...)
+}
+
+// startReplicasOn is startReplicas on the stack s, with the replicas names.
+func startReplicasOn(t *testing.T, s *stack.Stack, names ...string) *replicaEnv {
+	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, s.StartReplicas(ctx, binary(t, "./cmd/server", "kubescribe-server"), replicaNames...))
+	require.NoError(t, s.StartReplicas(ctx, binary(t, "./cmd/server", "kubescribe-server"), names...))
 	admin, err := kubernetes.NewForConfig(s.AdminConfig)
 	require.NoError(t, err)
 	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: replicasNS}}, metav1.CreateOptions{})
@@ -575,6 +580,38 @@ func TestReplicasThatBothBelieveTheyOwnABranch(t *testing.T) {
 	require.Zero(t, v.missing, "changes lost")
 	require.Zero(t, v.twice, "changes committed twice")
 	require.Zero(t, v.wrong, "changes credited to the wrong user")
+	e.requireFinalState(t, writes)
+	tips.requireNoForcePush(t, e)
+}
+
+// TestReplicasWithoutLeasesWriteEachVersionOnce: exactly once does not rest on the Leases. Two replicas
+// run without them (--coordination=none: each writes every branch), so both write each branch
+// for the whole minute that alice, bob and carol write, each building on, or giving way to, the
+// other's commits. Git holds each version once, by its writer, every object ends as the cluster
+// holds it, and no tip is ever pushed over.
+func TestReplicasWithoutLeasesWriteEachVersionOnce(t *testing.T) {
+	s := startStack(t, stack.Options{ReplicaArgs: []string{"--coordination=none"}})
+	e := startReplicasOn(t, s, "kubescribe-a", "kubescribe-b")
+	tips := watchTips(t, e)
+	load := startLoad(t, e, 20)
+	time.Sleep(time.Minute) // the scenario: a minute of writes while both replicas write every branch
+	load.stop()
+
+	writes := load.written()
+	v := e.settle(t, writes, 3*time.Minute, nil)
+	commits := map[string]float64{}
+	for _, name := range []string{"kubescribe-a", "kubescribe-b"} {
+		m, err := e.s.Replica(name).ScrapeMetrics()
+		require.NoError(t, err)
+		commits[name] = m["kubescribe_git_commits_total"]
+	}
+	t.Logf("two writers for a minute: %s; commits by replica %v", v, commits)
+	require.Zero(t, v.missing, "changes lost")
+	require.Zero(t, v.twice, "changes committed twice")
+	require.Zero(t, v.wrong, "changes credited to the wrong user")
+	for name, n := range commits {
+		require.NotZero(t, n, "%s never wrote: the overlap did not happen", name)
+	}
 	e.requireFinalState(t, writes)
 	tips.requireNoForcePush(t, e)
 }

@@ -80,6 +80,7 @@ func (s *Stack) StartReplica(ctx context.Context, name string) (*Replica, error)
 	}
 	args := append(s.processArgs(r.AuditAddr, r.AdmissionAddr, addr(2), addr(3)),
 		"--replica-name="+name, "--coordination-namespace=kubescribe")
+	args = append(args, s.replicaArgs...)
 	r.cmd = exec.Command(s.serverBin, args...)
 	r.cmd.Stdout, r.cmd.Stderr = r.logFile, r.logFile
 	if err := controlplane.StartChild(r.cmd); err != nil {

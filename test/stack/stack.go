@@ -74,6 +74,9 @@ type Options struct {
 	// RedisSentinel adds a replica and a Sentinel (Stack.Sentinel) and points kubescribe at the
 	// Sentinel (--redis-addr, --redis-master-name), so that a test can fail the master over.
 	RedisSentinel bool
+	// ReplicaArgs are more flags for the processes of StartReplicas, after the stack's own (a
+	// flag given twice takes the later value).
+	ReplicaArgs []string
 }
 
 // Stack is a running control plane with kubescribe installed and running.
@@ -98,6 +101,8 @@ type Stack struct {
 	AdmissionURL string
 
 	grace time.Duration
+	// replicaArgs is Options.ReplicaArgs.
+	replicaArgs []string
 	// kubescribeConfig is Options.KubescribeConfig.
 	kubescribeConfig func(*rest.Config) (*rest.Config, error)
 	app              *app.App
@@ -145,7 +150,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig, AttributionSource: opts.AttributionSource,
-		replicas: map[string]*Replica{}}
+		replicas: map[string]*Replica{}, replicaArgs: opts.ReplicaArgs}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
