@@ -377,3 +377,40 @@ func benchSigningKey(b *testing.B, gen func() (any, error)) []byte {
 	require.NoError(b, err)
 	return pem.EncodeToMemory(block)
 }
+
+// BenchmarkTakeIn: what a worker pays, per commit another writer of its slot made, to read what
+// the commit carries (carried.go) when it rebuilds on a moved tip or opens the branch, beside
+// what building one commit costs (baseline: BenchmarkCommit's 1,000-file case). Each commit
+// carries 10 changes. make bench prints the ratio; one op is one commit.
+func BenchmarkTakeIn(b *testing.B) {
+	b.Run("baseline-commit", func(b *testing.B) {
+		tb, tip, refs := seededBuilder(b, 1_000)
+		benchCommitLoop(b, tb, tip, refs, sameObject)
+	})
+	b.Run("takein", func(b *testing.B) {
+		var changes []attribution.AttributedChange
+		for i := range 10 {
+			changes = append(changes, benchChange(i, "v"))
+		}
+		msg := commitMessage(changes, false) + folderTrailer("team") + writerTrailer("team-a/git", 3)
+		s := memory.NewStorage()
+		var tip plumbing.Hash
+		for range b.N {
+			c := &object.Commit{Message: msg, TreeHash: plumbing.ZeroHash}
+			if !tip.IsZero() {
+				c.ParentHashes = []plumbing.Hash{tip}
+			}
+			obj := s.NewEncodedObject()
+			require.NoError(b, c.Encode(obj))
+			h, err := s.SetEncodedObject(obj)
+			require.NoError(b, err)
+			tip = h
+		}
+		w := &Worker{opts: Options{WriterSlot: "team-a/git"}}
+		b.ResetTimer()
+		_, complete := w.takeIn(s, tip, plumbing.ZeroHash, b.N+1)
+		b.StopTimer()
+		require.True(b, complete)
+		require.Len(b, w.held, 10)
+	})
+}

@@ -41,7 +41,7 @@ func folderTrailer(targetPath string) string {
 // the folder it wrote.
 type carried struct {
 	folder   string
-	versions map[string]uint64 // pushedObject → resourceVersion
+	versions map[string]heldVersion // by pushedObject
 }
 
 // carriedBy reads what commit c carries for slot: ok is false for a commit of another slot, of
@@ -69,13 +69,13 @@ func carriedBy(c *object.Commit, slot string) (carried, bool) {
 	if folders != 1 || clusters > 1 {
 		return carried{}, false
 	}
-	out := carried{folder: folder, versions: map[string]uint64{}}
+	out := carried{folder: folder, versions: map[string]heldVersion{}}
 	for _, line := range body {
-		obj, rv, ok := parseChangeLine(line, cluster)
+		obj, v, ok := parseChangeLine(line, cluster)
 		if !ok {
 			continue
 		}
-		out.versions[obj] = max(out.versions[obj], rv)
+		out.versions[obj] = out.versions[obj].newer(v)
 	}
 	return out, true
 }
@@ -92,29 +92,29 @@ func splitTrailers(message string) (body, trailers []string) {
 }
 
 // parseChangeLine reads one change line of commitMessage: the object (pushedObject, in cluster)
-// and its resourceVersion. Lines of changes without a numeric version (a sweep's deletions) and
-// any other line give ok=false.
-func parseChangeLine(line, cluster string) (object string, rv uint64, ok bool) {
+// and its version. Lines of changes without a numeric version (a sweep's deletions) and any
+// other line give ok=false.
+func parseChangeLine(line, cluster string) (object string, held heldVersion, ok bool) {
 	f := strings.Fields(line)
 	if len(f) < 4 {
-		return "", 0, false
+		return "", heldVersion{}, false
 	}
 	switch f[0] {
 	case "create", "update", "delete":
 	default:
-		return "", 0, false
+		return "", heldVersion{}, false
 	}
 	group, resource, ok := strings.Cut(f[1], "/")
 	if !ok {
-		return "", 0, false
+		return "", heldVersion{}, false
 	}
 	v, ok := strings.CutPrefix(f[3], "resourceVersion=")
 	if !ok {
-		return "", 0, false
+		return "", heldVersion{}, false
 	}
 	rv, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return "", 0, false
+		return "", heldVersion{}, false
 	}
 	if group == CoreGroupDir {
 		group = ""
@@ -123,7 +123,7 @@ func parseChangeLine(line, cluster string) (object string, rv uint64, ok bool) {
 	if !namespaced {
 		ns, name = "", f[2]
 	}
-	return cluster + "\x00" + group + "/" + resource + "\x00" + ns + "/" + name, rv, true
+	return cluster + "\x00" + group + "/" + resource + "\x00" + ns + "/" + name, heldVersion{rv: rv, deleted: f[0] == "delete"}, true
 }
 
 // hold adds what c carries for slot to b. It reports whether c is a commit of slot: signed with
@@ -137,9 +137,9 @@ func (b onBranch) hold(c *object.Commit, slot string, signer Signer) bool {
 	if !ok {
 		return false
 	}
-	for o, rv := range cr.versions {
+	for o, v := range cr.versions {
 		k := [2]string{cr.folder, o}
-		b[k] = max(b[k], rv)
+		b[k] = b[k].newer(v)
 	}
 	return true
 }

@@ -107,3 +107,25 @@ func TestAnHeirReadsTheWholeLastPushBelowSomeoneElsesCommit(t *testing.T) {
 	require.Equal(t, 3.0, testutil.ToFloat64(m.duplicates))
 	require.Contains(t, gitShow(t, gitDir, "main", "team/demo/core/configmaps/app.yaml"), "key: 3")
 }
+
+// A sweep whose stream has not seen an object that another writer of the slot committed (two
+// writers at once, the sweeping one's informer behind the other's) does not take its file away:
+// its own stream reports the delete when there is one. Other files of objects that do not exist
+// are swept as ever.
+func TestASweepLeavesWhatAnotherWriterCommitted(t *testing.T) {
+	gitDir, url := newBareRemote(t)
+	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
+	other := deliveryWorker(t, url, 1, d, nil)
+	other.start(t)
+	other.Submit("team", by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)))
+	other.waitPushed(t)
+	require.NoError(t, other.stop(t))
+	pushCommitFromClone(t, url, "main", "team/demo/core/configmaps/gone.yaml", string(manifest("ConfigMap", "demo", "gone", "1")))
+
+	next := deliveryWorker(t, url, 2, d, nil)
+	next.start(t)
+	next.Submit("team", sweepOf("demo"))
+	next.Submit("team", by("bob", "b1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 102)))
+	next.waitPushed(t)
+	require.Equal(t, []string{"team/demo/core/configmaps/app.yaml", "team/demo/core/configmaps/db.yaml"}, gitFiles(t, gitDir, "main"))
+}

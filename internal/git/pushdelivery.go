@@ -81,7 +81,21 @@ func pushedObject(c attribution.AttributedChange) string {
 
 // onBranch is what the branch holds that the worker did not commit itself, read from the
 // commits it took in (carried.go): the newest version of each object, by folder.
-type onBranch map[[2]string]uint64
+type onBranch map[[2]string]heldVersion
+
+// heldVersion is the newest version of an object commits carry, and whether it is its delete.
+type heldVersion struct {
+	rv      uint64
+	deleted bool
+}
+
+// newer is the newer of v and o (o on a tie).
+func (v heldVersion) newer(o heldVersion) heldVersion {
+	if v.rv > o.rv {
+		return v
+	}
+	return o
+}
 
 // holds reports whether the branch holds a version of c's object, in the folder of
 // targetPath, that c must not be committed over: a newer one, or c's own version (an
@@ -95,7 +109,15 @@ func (b onBranch) holds(targetPath string, c attribution.AttributedChange) bool 
 		return false
 	}
 	on, ok := b[[2]string{folderKey(targetPath), pushedObject(c)}]
-	return ok && (rv < on || rv == on && !c.Unchanged)
+	return ok && (rv < on.rv || rv == on.rv && !c.Unchanged)
+}
+
+// alive reports whether another writer's commits hold a version of c's object in the folder of
+// targetPath that is not its delete: a sweep, whose stream's view may lag behind that writer's,
+// does not take such an object's file away (its own stream reports the delete, if there is one).
+func (b onBranch) alive(targetPath string, c attribution.AttributedChange) bool {
+	on, ok := b[[2]string{folderKey(targetPath), pushedObject(c)}]
+	return ok && !on.deleted
 }
 
 // Deliveries keeps each writer slot's last push record in Redis.

@@ -192,7 +192,7 @@ func TestWhatTheBranchHoldsStopsOlderVersions(t *testing.T) {
 	app := func(rv int) attribution.AttributedChange {
 		return by("alice", "a", version(cmChange(watch.OpUpdate, "demo", "app", "x"), rv))
 	}
-	held := onBranch{{"team", pushedObject(app(0))}: 9}
+	held := onBranch{{"team", pushedObject(app(0))}: {rv: 9}}
 	require.True(t, held.holds("team", app(9)))
 	require.True(t, held.holds("/team/", app(5)))
 	require.False(t, held.holds("team", app(10)))
@@ -220,10 +220,10 @@ func TestACommitSaysWhatItCarries(t *testing.T) {
 	cr, ok := carriedBy(&object.Commit{Message: msg}, "team-a/git")
 	require.True(t, ok)
 	require.Equal(t, "team", cr.folder)
-	require.Equal(t, map[string]uint64{
-		"prod\x00/configmaps\x00demo/app":      9,
-		"prod\x00apps/deployments\x00demo/web": 8,
-		"prod\x00/namespaces\x00/team-x":       11,
+	require.Equal(t, map[string]heldVersion{
+		"prod\x00/configmaps\x00demo/app":      {rv: 9},
+		"prod\x00apps/deployments\x00demo/web": {rv: 8},
+		"prod\x00/namespaces\x00/team-x":       {rv: 11, deleted: true},
 	}, cr.versions)
 	_, ok = carriedBy(&object.Commit{Message: msg}, "team-b/git")
 	require.False(t, ok, "another slot's commit")

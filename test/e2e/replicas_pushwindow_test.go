@@ -18,15 +18,43 @@ import (
 )
 
 // pushedRecord is the shape of the record a writer keeps of its last push in Redis
-// (internal/git/pushdelivery.go, P:pushed:<slot>:<branch>:<epoch>): the tip it made, and the
-// newest version of each object it delivered, by folder.
+// (internal/git/pushdelivery.go, P:pushed:<slot>:<branch>:<epoch>): the tip it made and the
+// commit it built on.
 type pushedRecord struct {
-	SHA     string `json:"sha"`
-	Entries []struct {
-		Folder string `json:"f"`
-		Object string `json:"o"` // "<cluster>\x00<group>/<resource>\x00<namespace>/<name>"
-		RV     uint64 `json:"rv"`
-	} `json:"entries"`
+	SHA  string `json:"sha"`
+	Base string `json:"base"`
+}
+
+// pushedObjects reads, from the commits of the push rec, the objects they carry: "<folder>
+// <namespace>/<name>" (their change lines and Kubescribe-Folder trailers).
+func pushedObjects(t *testing.T, repoDir string, rec pushedRecord) []string {
+	t.Helper()
+	span := rec.SHA
+	if rec.Base != "" {
+		span = rec.Base + ".." + rec.SHA
+	}
+	seen := map[string]bool{}
+	var objects []string
+	for _, commit := range strings.Split(gitCLI(t, repoDir, "log", "--format=%x00%B", span), "\x00")[1:] {
+		folder := ""
+		var keys []string
+		for _, line := range strings.Split(commit, "\n") {
+			if f, ok := strings.CutPrefix(line, "Kubescribe-Folder: /"); ok {
+				folder = f
+			}
+			if m := changeLine.FindStringSubmatch(line); m != nil {
+				keys = append(keys, m[2]+"/"+m[3])
+			}
+		}
+		require.NotEmpty(t, folder, "a commit of the push names no folder: %s", commit)
+		for _, k := range keys {
+			if o := folder + " " + k; !seen[o] {
+				seen[o] = true
+				objects = append(objects, o)
+			}
+		}
+	}
+	return objects
 }
 
 // TestReplicasKilledBetweenPushAndCursorAdvance: the owner of a branch pushes, and is killed
@@ -125,12 +153,10 @@ func TestReplicasKilledBetweenPushAndCursorAdvance(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &rec))
 	require.Equal(t, tip, rec.SHA, "the record names the branch's tip")
 	undone, twoVersions := 0, 0
-	for _, en := range rec.Entries {
-		parts := strings.Split(en.Object, "\x00")
-		require.Len(t, parts, 3, "%q", en.Object)
-		key := parts[2]
+	for _, o := range pushedObjects(t, e.repoDir, rec) {
+		folder, key, _ := strings.Cut(o, " ")
 		tg := onB1[0]
-		if en.Folder == onB1[1].folder {
+		if folder == onB1[1].folder {
 			tg = onB1[1]
 		}
 		cursor := cursorKey(t, rdb, tg.name)
@@ -160,7 +186,7 @@ func TestReplicasKilledBetweenPushAndCursorAdvance(t *testing.T) {
 	}) {
 		for _, name := range replicaNames {
 			if name != owner.Name {
-				logLines(t, e.s.Replica(name), "replay", "last recorded push", "already holds", "writes a branch now")
+				logLines(t, e.s.Replica(name), "replay", "other writers of its slot", "already holds", "writes a branch now")
 			}
 		}
 		t.Fatalf("the heir did not recognise the replayed versions as pushed; replays: %s", e.replays(t))
@@ -175,7 +201,7 @@ func TestReplicasKilledBetweenPushAndCursorAdvance(t *testing.T) {
 		quiet++
 		return quiet >= 20 // 2s
 	}), "the survivors still hold changes")
-	logLines(t, e.s.Replica(branchOwner("b1", e.members())), "last recorded push", "already holds")
+	logLines(t, e.s.Replica(branchOwner("b1", e.members())), "other writers of its slot", "already holds")
 	v = e.settle(t, writes, time.Minute, nil)
 	t.Logf("after the kill: %s; replays: %s; %.0f replayed changes recognised as pushed",
 		v, e.replays(t), e.metric(t, "kubescribe_git_replayed_duplicates_total"))

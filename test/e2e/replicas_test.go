@@ -564,7 +564,7 @@ func TestReplicasThatBothBelieveTheyOwnABranch(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("after the overlap: %s; %s superseded %.0f times; replays: %s", v, paused, m["kubescribe_git_writer_superseded_total"], e.replays(t))
 	for _, name := range replicaNames {
-		logLines(t, e.s.Replica(name), "writes a branch again", "last recorded push", "already holds", "someone else's commits",
+		logLines(t, e.s.Replica(name), "writes a branch again", "other writers of its slot", "already holds", "someone else's commits",
 			"took this branch over", "found a newer one there", "writes a branch now", "stopped writing", "rebuilding unpushed", "hand their state over")
 	}
 	// The two writers never force-push and never commit a change twice or under the wrong
