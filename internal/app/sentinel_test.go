@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubescribe/kubescribe/internal/redistest"
+	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
 const (
@@ -233,5 +235,61 @@ func TestProbeSentinelAuth(t *testing.T) {
 			require.NotContains(t, err.Error(), "\x1b")
 		}
 		_ = client.Close()
+	}
+}
+
+// An impostor at a Sentinel's address, over TLS with a certificate of another CA (what an
+// attacker on the path, or one who took the Sentinel's address, presents): with TLS pinned to
+// kubescribe's CA the handshake fails before any command, so neither the Sentinel's password
+// nor the master's reaches it, with or without a Sentinel password configured.
+func TestSentinelOverTLSRefusesAnImpostor(t *testing.T) {
+	f := newRedisTLSFixture(t, false) // only for its CA and files; its Redis is not used
+	other, err := controlplane.NewCA("impostor's CA")
+	require.NoError(t, err)
+	certFile, keyFile := f.issue(t, other, "impostor", false)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	require.NoError(t, err)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	var mu sync.Mutex
+	var got bytes.Buffer
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				b := make([]byte, 4096)
+				n, _ := conn.Read(b) // the handshake, then whatever the client sends
+				mu.Lock()
+				got.Write(b[:n])
+				mu.Unlock()
+				select {
+				case accepted <- struct{}{}:
+				default:
+				}
+			}()
+		}
+	}()
+
+	for name, sentinelPassword := range map[string]string{"with a Sentinel password": sentinelTestSecret, "pinned TLS only": ""} {
+		t.Run(name, func(t *testing.T) {
+			o := sentinelOptions(l.Addr().String())
+			o.RedisCAFile, o.RedisSentinelPassword = f.caFile, sentinelPassword
+			require.NoError(t, o.Validate())
+			rdb, _, logs, _ := redisTLSClient(t, o)
+			err := ping(rdb)
+			require.ErrorContains(t, err, "unknown authority")
+			<-accepted
+			mu.Lock()
+			defer mu.Unlock()
+			require.Empty(t, got.String(), "the impostor read a command")
+			require.NotContains(t, logs.String(), sentinelTestPassword)
+			require.NotContains(t, logs.String(), sentinelTestSecret)
+		})
 	}
 }
