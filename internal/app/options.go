@@ -498,7 +498,7 @@ func (o *Options) validateSelfManaged(bad func(field, format string, args ...any
 func (o *Options) validateSentinel(bad func(field, format string, args ...any)) {
 	if o.RedisMasterName == "" {
 		if o.RedisSentinelUsername != "" || o.RedisSentinelPassword != "" || o.RedisSentinelInsecureAllowUnauthenticated {
-			bad("RedisSentinelUsername/RedisSentinelPassword", "apply to Sentinel mode only (RedisMasterName)")
+			bad("RedisSentinelUsername/RedisSentinelPassword/RedisSentinelInsecureAllowUnauthenticated", "apply to Sentinel mode only (RedisMasterName)")
 		}
 		return
 	}
