@@ -66,6 +66,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.BoolVar(&opts.RedisCluster, "redis-cluster", false, "use Redis Cluster even with a single --redis-addr (a configuration endpoint)")
 	fs.StringVar(&opts.RedisUsername, "redis-username", "", "Redis ACL user; empty uses the default user")
 	redisPasswordFile := fs.String("redis-password-file", "", "file holding the Redis password (else $REDIS_PASSWORD)")
+	fs.StringVar(&opts.RedisSentinelUsername, "redis-sentinel-username", "", "ACL user kubescribe authenticates to the Redis Sentinels as; empty uses their default user")
+	redisSentinelPasswordFile := fs.String("redis-sentinel-password-file", "", "file holding the password of the Redis Sentinels (their requirepass); required with --redis-master-name unless the Sentinels are reached over TLS with --redis-ca-file or --redis-server-name. A Sentinel that answers without authentication is then refused")
+	fs.BoolVar(&opts.RedisSentinelInsecureAllowUnauthenticated, "redis-sentinel-insecure-allow-unauthenticated", false, "UNSAFE: use Redis Sentinels without authentication and without pinned TLS; whoever reaches a Sentinel can re-point it at their own listener, which then receives the Redis password")
 	secretDigestKeyFile := fs.String("secret-digest-key-file", "", "file holding the key (at least 32 bytes, e.g. openssl rand -hex 32; the same on every replica) of the digests the admission tier keeps of Secrets' writes, to credit encrypted Secrets to their authors; without it their creates and updates are unresolved")
 	fs.IntVar(&opts.RedisDB, "redis-db", 0, "Redis database number")
 	fs.BoolVar(&opts.RedisTLS, "redis-tls", false, "connect to Redis and its Sentinels over TLS, verifying their certificate against the system roots or --redis-ca-file (the --redis-ca-file, --redis-cert-file and --redis-server-name flags turn it on too)")
@@ -171,6 +174,13 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 			return opts, nil, fmt.Errorf("--redis-password-file: %w", err)
 		}
 		opts.RedisPassword = strings.TrimRight(string(b), "\r\n")
+	}
+	if *redisSentinelPasswordFile != "" {
+		b, err := os.ReadFile(*redisSentinelPasswordFile)
+		if err != nil {
+			return opts, nil, fmt.Errorf("--redis-sentinel-password-file: %w", err)
+		}
+		opts.RedisSentinelPassword = strings.TrimRight(string(b), "\r\n")
 	}
 	if *secretDigestKeyFile != "" {
 		b, err := os.ReadFile(*secretDigestKeyFile)

@@ -25,7 +25,22 @@ func TestParseFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte("0123456789abcdef0123456789abcdef"), opts.SecretDigestKey, "read into memory, the newline trimmed")
 
-	for _, bad := range [][]string{{"--log-format=xml"}, {"--log-level=loud"}, {"stray"}, {"--redis-password-file=/nonexistent"}, {"--secret-digest-key-file=/nonexistent"}} {
+	// The Sentinels' credentials are their own: the master's password is not sent to them.
+	spw := filepath.Join(t.TempDir(), "sentinel-pw")
+	require.NoError(t, os.WriteFile(spw, []byte("s3ntinel\r\n"), 0o600))
+	opts, _, err = parseFlags([]string{"--redis-addr=10.0.0.1:26379", "--redis-master-name=m", "--redis-password-file=" + pw,
+		"--redis-sentinel-username=ks", "--redis-sentinel-password-file=" + spw})
+	require.NoError(t, err)
+	require.Equal(t, "ks", opts.RedisSentinelUsername)
+	require.Equal(t, "s3ntinel", opts.RedisSentinelPassword, "read into memory, the line end trimmed")
+	require.Equal(t, "s3cret", opts.RedisPassword)
+	require.False(t, opts.RedisSentinelInsecureAllowUnauthenticated)
+	opts, _, err = parseFlags([]string{"--redis-sentinel-insecure-allow-unauthenticated"})
+	require.NoError(t, err)
+	require.True(t, opts.RedisSentinelInsecureAllowUnauthenticated)
+
+	for _, bad := range [][]string{{"--log-format=xml"}, {"--log-level=loud"}, {"stray"}, {"--redis-password-file=/nonexistent"}, {"--secret-digest-key-file=/nonexistent"},
+		{"--redis-sentinel-password-file=/nonexistent"}} {
 		_, _, err := parseFlags(bad)
 		require.Error(t, err, bad)
 	}

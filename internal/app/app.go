@@ -173,6 +173,10 @@ func New(opts Options) (_ *App, err error) {
 		}
 		redisDial = rt.dial
 	}
+	if opts.RedisMasterName != "" && opts.RedisSentinelPassword == "" && opts.RedisSentinelInsecureAllowUnauthenticated {
+		a.log.Warn("UNSAFE: the Redis Sentinels are used without authentication (--redis-sentinel-insecure-allow-unauthenticated): "+
+			"whoever reaches one can re-point it at their own listener, which then receives the Redis password", "component", "redis")
+	}
 	a.rdb = newRedisClient(opts, a.log.With("component", "redis"), opts.Registry, redisDial)
 	a.life.onStop("redis", func(context.Context) error { return a.rdb.Close() })
 	a.store = attribution.NewStore(a.rdb, prefix, opts.FactTTL)

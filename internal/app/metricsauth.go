@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 )
 
 // metricsPath is the one path of the metrics listener, and the non-resource URL a caller must
@@ -35,15 +39,27 @@ const metricsPath = "/metrics"
 // The reviews of the metrics listener. Answers are cached briefly, so that a scraper costs the
 // apiserver a TokenReview and a SubjectAccessReview now and then, not at every scrape, and a
 // revoked token or binding stops working within seconds. Failed reviews are not cached. The
-// caches are bounded: a flood of distinct tokens evicts older answers, it does not grow memory.
+// caches are bounded: a flood of distinct tokens does not grow memory. A token the apiserver
+// refused is cached apart from the accepted ones, so a flood of random tokens evicts only other
+// refused tokens, never a scraper's accepted one.
 const (
-	metricsTokenCacheTTL  = 30 * time.Second
-	metricsAllowCacheTTL  = 30 * time.Second
-	metricsDenyCacheTTL   = 5 * time.Second
-	metricsReviewTimeout  = 10 * time.Second
-	metricsTokenCacheSize = 4096
-	metricsUserCacheSize  = 1024
+	metricsTokenCacheTTL       = 30 * time.Second
+	metricsTokenDenyCacheTTL   = 5 * time.Second
+	metricsAllowCacheTTL       = 30 * time.Second
+	metricsDenyCacheTTL        = 5 * time.Second
+	metricsReviewTimeout       = 10 * time.Second
+	metricsTokenCacheSize      = 4096
+	metricsTokenDenyCacheSize  = 4096
+	metricsUserCacheSize       = 1024
+	metricsSourceCacheSize     = 1024
+	metricsSourceCacheTTL      = 10 * time.Minute
+	metricsSourceReviewsPerSec = 1.0
+	metricsSourceReviewBurst   = 10.0
 )
+
+// metricsThrottleLogInterval bounds how often requests refused for their source's rate are
+// logged: a flood would otherwise flood the log.
+const metricsThrottleLogInterval = 10 * time.Second
 
 // metricsReviewBackoff: a review the apiserver could not answer (a 5xx, 429, a reset
 // connection) is tried again a few times within a second or so; then the request is refused.
@@ -52,6 +68,7 @@ var metricsReviewBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor
 // Reasons of kubescribe_metrics_refused_total.
 const (
 	metricsRefusedUnauthenticated = "unauthenticated"
+	metricsRefusedThrottled       = "throttled"
 	metricsRefusedForbidden       = "forbidden"
 	metricsRefusedError           = "error"
 )
@@ -59,6 +76,9 @@ const (
 // errInvalidBearerToken is why a token the TokenReview did not accept, without saying why, is
 // refused.
 var errInvalidBearerToken = errors.New("invalid bearer token")
+
+// errReviewThrottled is why a token is not reviewed: its source asked for too many TokenReviews.
+var errReviewThrottled = errors.New("too many TokenReviews from this source")
 
 // metricsAuth authenticates every request to the metrics listener with a TokenReview of its
 // bearer token and authorizes its user with a SubjectAccessReview for `get` on the
@@ -68,30 +88,45 @@ var errInvalidBearerToken = errors.New("invalid bearer token")
 // OpenTelemetry, and double the binary).
 type metricsAuth struct {
 	kube kubernetes.Interface
-	// tokens holds the user of a token (nil: not authenticated), keyed by tokenKey, never the
-	// token; access holds SubjectAccessReviewStatuses, keyed by a hash of their spec.
-	tokens, access *cache.LRUExpireCache
+	// tokens holds the users of accepted tokens and denied the refused tokens (briefly), both
+	// keyed by tokenKey, never the token; access holds SubjectAccessReviewStatuses, keyed by a
+	// hash of their spec.
+	tokens, denied, access *cache.LRUExpireCache
+	// sources holds a *reviewBucket per source (sourceKey): the TokenReviews it may still ask.
+	sources   *cache.LRUExpireCache
+	sourcesMu sync.Mutex
+	clock     clock.PassiveClock
 	// salt keys tokenKey's hash, drawn at start.
 	salt    []byte
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	// lastThrottleLog is the unix nanoseconds of the last throttled request logged.
+	lastThrottleLog atomic.Int64
 }
 
 // newMetricsAuth reviews on kube, and registers kubescribe_metrics_refused_total with reg.
 func newMetricsAuth(kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) *metricsAuth {
+	return newMetricsAuthWithClock(kube, log, reg, clock.RealClock{})
+}
+
+// newMetricsAuthWithClock is newMetricsAuth whose caches and rates follow clk (tests).
+func newMetricsAuthWithClock(kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer, clk clock.PassiveClock) *metricsAuth {
 	m := &metricsAuth{
-		kube:   kube,
-		tokens: cache.NewLRUExpireCache(metricsTokenCacheSize),
-		access: cache.NewLRUExpireCache(metricsUserCacheSize),
-		salt:   make([]byte, 32),
-		log:    log,
+		kube:    kube,
+		tokens:  cache.NewLRUExpireCacheWithClock(metricsTokenCacheSize, clk),
+		denied:  cache.NewLRUExpireCacheWithClock(metricsTokenDenyCacheSize, clk),
+		access:  cache.NewLRUExpireCacheWithClock(metricsUserCacheSize, clk),
+		sources: cache.NewLRUExpireCacheWithClock(metricsSourceCacheSize, clk),
+		clock:   clk,
+		salt:    make([]byte, 32),
+		log:     log,
 		refused: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_metrics_refused_total",
-			Help: "Requests to the metrics listener refused, by reason: unauthenticated (401: no bearer token, or one the TokenReview did not accept), forbidden (403: the user may not get /metrics) or error (500: the SubjectAccessReview failed).",
+			Help: "Requests to the metrics listener refused, by reason: unauthenticated (401: no bearer token, or one the TokenReview did not accept), throttled (429: its source asked for too many TokenReviews), forbidden (403: the user may not get /metrics) or error (500: the SubjectAccessReview failed).",
 		}, []string{"reason"}),
 	}
 	_, _ = rand.Read(m.salt) // never fails (crypto/rand)
-	for _, r := range []string{metricsRefusedUnauthenticated, metricsRefusedForbidden, metricsRefusedError} {
+	for _, r := range []string{metricsRefusedUnauthenticated, metricsRefusedThrottled, metricsRefusedForbidden, metricsRefusedError} {
 		m.refused.WithLabelValues(r)
 	}
 	return m
@@ -135,6 +170,16 @@ func (m *metricsAuth) authenticate(w http.ResponseWriter, r *http.Request) (*aut
 		r.Header.Del("Authorization")
 		return caller, true
 	}
+	if errors.Is(err, errReviewThrottled) {
+		m.refused.WithLabelValues(metricsRefusedThrottled).Inc()
+		now := m.clock.Now().UnixNano()
+		if last := m.lastThrottleLog.Load(); now-last >= int64(metricsThrottleLogInterval) && m.lastThrottleLog.CompareAndSwap(last, now) {
+			m.log.Warn("metrics requests throttled: too many TokenReviews from one source (logged at most every 10s)", "remote", r.RemoteAddr)
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "too many requests with unknown bearer tokens from this address", http.StatusTooManyRequests)
+		return nil, false
+	}
 	// err says why ("invalid bearer token", the TokenReview's error, or that the review could
 	// not be made); it never holds the token.
 	m.log.Warn("unauthenticated metrics request", "remote", r.RemoteAddr, "bearer", r.Header.Get("Authorization") != "", "err", err)
@@ -168,8 +213,11 @@ func (m *metricsAuth) authorize(w http.ResponseWriter, r *http.Request, caller *
 // reason (nil without a bearer token).
 //
 // The review leaves spec.audiences empty: the apiserver then accepts only tokens for its own
-// audiences, so a token issued for another audience is refused. A review that failed, or whose
-// answer carries an error, is not cached; a plain "not authenticated" is, as an accepted token.
+// audiences, so a token issued for another audience is refused. A review that failed is not
+// cached. An accepted token is cached for metricsTokenCacheTTL; a refused one (with or without
+// the answer's error) for metricsTokenDenyCacheTTL, in a cache of its own. A token in neither
+// costs its source (sourceKey) a TokenReview of its bucket: past metricsSourceReviewBurst, one a
+// second; without one, errReviewThrottled, and no review.
 func (m *metricsAuth) userOf(r *http.Request) (*authenticationv1.UserInfo, error) {
 	token := bearerToken(r)
 	if token == "" {
@@ -177,10 +225,13 @@ func (m *metricsAuth) userOf(r *http.Request) (*authenticationv1.UserInfo, error
 	}
 	key := m.tokenKey(token)
 	if v, ok := m.tokens.Get(key); ok {
-		if u := v.(*authenticationv1.UserInfo); u != nil {
-			return u, nil
-		}
-		return nil, errInvalidBearerToken
+		return v.(*authenticationv1.UserInfo), nil
+	}
+	if v, ok := m.denied.Get(key); ok {
+		return nil, v.(error)
+	}
+	if !m.bucketOf(sourceKey(r.RemoteAddr)).take(m.clock.Now()) {
+		return nil, errReviewThrottled
 	}
 	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
 	var answer *authenticationv1.TokenReview
@@ -197,11 +248,64 @@ func (m *metricsAuth) userOf(r *http.Request) (*authenticationv1.UserInfo, error
 		m.tokens.Add(key, &u, metricsTokenCacheTTL)
 		return &u, nil
 	case status.Error != "":
-		return nil, errors.New(status.Error)
+		err := errors.New(status.Error)
+		m.denied.Add(key, err, metricsTokenDenyCacheTTL)
+		return nil, err
 	default:
-		m.tokens.Add(key, (*authenticationv1.UserInfo)(nil), metricsTokenCacheTTL)
+		m.denied.Add(key, errInvalidBearerToken, metricsTokenDenyCacheTTL)
 		return nil, errInvalidBearerToken
 	}
+}
+
+// bucketOf is the TokenReview bucket of source, a new full one if it had none (or its entry
+// was evicted, which only a flood from more than metricsSourceCacheSize sources causes).
+func (m *metricsAuth) bucketOf(source string) *reviewBucket {
+	m.sourcesMu.Lock()
+	defer m.sourcesMu.Unlock()
+	if v, ok := m.sources.Get(source); ok {
+		return v.(*reviewBucket)
+	}
+	b := &reviewBucket{tokens: metricsSourceReviewBurst, last: m.clock.Now()}
+	m.sources.Add(source, b, metricsSourceCacheTTL)
+	return b
+}
+
+// reviewBucket is a token bucket of the TokenReviews one source may cause: it holds up to
+// metricsSourceReviewBurst, refilled at metricsSourceReviewsPerSec.
+type reviewBucket struct {
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+}
+
+// take spends one review at now, or reports false when none is left.
+func (b *reviewBucket) take(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if elapsed := now.Sub(b.last); elapsed > 0 {
+		b.tokens = min(metricsSourceReviewBurst, b.tokens+elapsed.Seconds()*metricsSourceReviewsPerSec)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// sourceKey is the source a request's TokenReviews are counted against: its IPv4 address, or
+// the /64 of its IPv6 address (one host usually holds a whole /64). The metrics listener is
+// reached directly, so RemoteAddr is the peer's; no forwarding header is trusted.
+func sourceKey(remoteAddr string) string {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return remoteAddr
+	}
+	addr := ap.Addr().Unmap()
+	if addr.Is4() {
+		return addr.String()
+	}
+	return netip.PrefixFrom(addr.WithZone(""), 64).Masked().String()
 }
 
 // mayGetMetrics reports whether caller may get the non-resource URL /metrics, from the cache or

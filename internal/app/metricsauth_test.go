@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubescribe/kubescribe/test/controlplane"
 )
@@ -50,6 +52,9 @@ type fakeReviewer struct {
 	// failTokenReviews is how many TokenReviews to come fail with a 500.
 	failTokenReviews atomic.Int32
 }
+
+// plainRefusalPrefix starts the tokens fakeReviewer refuses without an error in the answer.
+const plainRefusalPrefix = "plain-"
 
 var fakeTokens = map[string]string{"reader-token": readerUser, "stranger-token": strangerUser, "sar-fails-token": sarFailsUser}
 
@@ -80,6 +85,8 @@ func (f *fakeReviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: name, Groups: []string{"system:authenticated"}}}
 		} else if tr.Spec.Token == extraUserToken {
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: extraUser}
+		} else if strings.HasPrefix(tr.Spec.Token, plainRefusalPrefix) {
+			tr.Status = authenticationv1.TokenReviewStatus{} // not authenticated, no error given
 		} else {
 			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
@@ -427,4 +434,122 @@ func TestMetricsListenerOptOut(t *testing.T) {
 	defer func() { _ = a.life.stop(context.Background()) }()
 	require.Nil(t, a.MetricsAddr())
 	require.Nil(t, a.metricsSrv)
+}
+
+// serveMetricsFrom is serveMetrics from the remote address remote.
+func serveMetricsFrom(h http.Handler, remote, authorization string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	r.RemoteAddr = remote
+	r.Header.Set("Authorization", authorization)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// The attack of issue 36 finding 9: one source floods the metrics listener with more random
+// bearer tokens than the token cache holds, while Prometheus keeps scraping from another. The
+// flood costs the apiserver at most its source's burst of TokenReviews (then one a second, on
+// the test's clock), is answered 429, does not evict the scraper's accepted token (its scrapes
+// cost no review), and when that answer expires the scraper's own review still goes through.
+// A refused token replayed is answered from the cache of refusals. Nothing logs a token.
+func TestMetricsAuthSurvivesATokenFlood(t *testing.T) {
+	f, cfg := newFakeReviewer(t)
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	cfg.QPS = -1 // no client-side rate limit: the test makes thousands of reviews
+	kube, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	auth := newMetricsAuthWithClock(kube, slog.New(slog.NewTextHandler(&logs, nil)), reg, clk)
+	h := metricsHandler(reg, auth)
+	const scraper, attacker = "10.1.2.3:41000", "192.0.2.66:50000"
+
+	require.Equal(t, http.StatusOK, serveMetricsFrom(h, scraper, "Bearer reader-token").Code)
+	require.Equal(t, int32(1), f.tokenReviews.Load())
+
+	flood := func(n int) (reviews int32) {
+		before := f.tokenReviews.Load()
+		for i := range n {
+			w := serveMetricsFrom(h, attacker, fmt.Sprintf("Bearer random-%d-%d", clk.Now().Unix(), i))
+			require.Contains(t, []int{http.StatusUnauthorized, http.StatusTooManyRequests}, w.Code)
+			require.NotContains(t, w.Body.String(), "kubescribe_")
+			// The scraper is served throughout, from the cache.
+			if i%500 == 0 {
+				reviews := f.tokenReviews.Load()
+				require.Equal(t, http.StatusOK, serveMetricsFrom(h, scraper, "Bearer reader-token").Code)
+				require.Equal(t, reviews, f.tokenReviews.Load(), "the scraper's accepted token was evicted")
+			}
+		}
+		return f.tokenReviews.Load() - before
+	}
+	require.Equal(t, int32(metricsSourceReviewBurst), flood(2*metricsTokenCacheSize), "the flood's TokenReviews are bounded by its burst")
+	require.Equal(t, float64(2*metricsTokenCacheSize-int(metricsSourceReviewBurst)), testutil.ToFloat64(auth.refused.WithLabelValues(metricsRefusedThrottled)))
+	require.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("metrics requests throttled")), "throttling is logged at most every 10s")
+	throttled := serveMetricsFrom(h, attacker, "Bearer one-more")
+	require.Equal(t, http.StatusTooManyRequests, throttled.Code)
+	require.Equal(t, "1", throttled.Header().Get("Retry-After"))
+
+	// 31s later the scraper's answer has expired: its review is made (its source has its own
+	// bucket), while the flood goes on and gets only the reviews its bucket refilled.
+	clk.Step(metricsTokenCacheTTL + time.Second)
+	before := f.tokenReviews.Load()
+	require.Equal(t, http.StatusOK, serveMetricsFrom(h, scraper, "Bearer reader-token").Code)
+	require.Equal(t, before+1, f.tokenReviews.Load())
+	require.Equal(t, int32(metricsSourceReviewBurst), flood(1000), "a full bucket again after 31s, no more")
+
+	// Refused tokens from more sources than the token cache holds, one each (so each is
+	// reviewed): they fill the cache of refusals, never the accepted tokens'.
+	clk.Step(time.Second)
+	for i := range 2 * metricsTokenCacheSize {
+		remote := fmt.Sprintf("10.200.%d.%d:1", i/256, i%256)
+		require.Equal(t, http.StatusUnauthorized, serveMetricsFrom(h, remote, fmt.Sprintf("Bearer %s%d", plainRefusalPrefix, i)).Code)
+	}
+	before = f.tokenReviews.Load()
+	require.Equal(t, http.StatusOK, serveMetricsFrom(h, scraper, "Bearer reader-token").Code)
+	require.Equal(t, before, f.tokenReviews.Load(), "refusals evicted the scraper's accepted token")
+
+	// A refused token replayed, from a fresh source, costs one review until its refusal expires.
+	const replayer = "198.51.100.7:1234"
+	before = f.tokenReviews.Load()
+	for range 50 {
+		require.Equal(t, http.StatusUnauthorized, serveMetricsFrom(h, replayer, "Bearer garbage-token").Code)
+	}
+	require.Equal(t, before+1, f.tokenReviews.Load())
+	clk.Step(metricsTokenDenyCacheTTL + time.Second)
+	require.Equal(t, http.StatusUnauthorized, serveMetricsFrom(h, replayer, "Bearer garbage-token").Code)
+	require.Equal(t, before+2, f.tokenReviews.Load())
+
+	require.NotContains(t, logs.String(), "random-")
+	require.NotContains(t, logs.String(), "garbage-token")
+	require.NotContains(t, logs.String(), "reader-token")
+}
+
+// A flood from many sources keeps the map of sources bounded; IPv6 sources are counted by /64.
+func TestMetricsAuthSources(t *testing.T) {
+	for remote, want := range map[string]string{
+		"10.0.0.1:443":                    "10.0.0.1",
+		"[::ffff:10.0.0.1]:443":           "10.0.0.1",
+		"[2001:db8:1:2:aaaa::1]:443":      "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::9]:1":        "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:1":                "fe80::/64",
+		"not an address":                  "not an address",
+		"[2001:db8:1:3:aaaa::1]:443":      "2001:db8:1:3::/64",
+		"[2001:db8:1:2:aaaa::1%zone]:443": "2001:db8:1:2::/64",
+	} {
+		require.Equal(t, want, sourceKey(remote), remote)
+	}
+
+	_, cfg := newFakeReviewer(t)
+	reg := prometheus.NewRegistry()
+	auth := newTestMetricsAuth(t, cfg, io.Discard, reg)
+	for i := range metricsSourceCacheSize + 100 {
+		auth.bucketOf(fmt.Sprintf("10.%d.%d.1", i/256, i%256))
+	}
+	require.Len(t, auth.sources.Keys(), metricsSourceCacheSize)
+
+	b := &reviewBucket{tokens: 1, last: time.Unix(100, 0)}
+	require.True(t, b.take(time.Unix(100, 0)))
+	require.False(t, b.take(time.Unix(100, 0)))
+	require.False(t, b.take(time.Unix(99, 0)), "a clock going back refills nothing")
+	require.True(t, b.take(time.Unix(101, 0)))
 }

@@ -77,6 +77,17 @@ type Options struct {
 	// RedisServerName is the name Redis' certificate must carry; empty uses the host of each
 	// address dialled (a Sentinel's, the master's it announces).
 	RedisServerName string
+	// RedisSentinelUsername and RedisSentinelPassword authenticate kubescribe to the
+	// Sentinels (their requirepass, or an ACL user), apart from RedisUsername and
+	// RedisPassword, which go to the master only. The password is held in memory only, never
+	// logged. With it, a Sentinel that answers a command without authentication is refused
+	// (anyone who reaches it could re-point it).
+	RedisSentinelUsername, RedisSentinelPassword string
+	// RedisSentinelInsecureAllowUnauthenticated accepts Sentinel mode with neither
+	// RedisSentinelPassword nor a pinned TLS trust (RedisCAFile or RedisServerName): whoever
+	// reaches a Sentinel can then re-point it at a listener of theirs, which receives
+	// RedisPassword.
+	RedisSentinelInsecureAllowUnauthenticated bool
 
 	// AuditListenAddress serves POST /audit/{route} over TLS.
 	AuditListenAddress string
@@ -325,6 +336,7 @@ func (o *Options) Validate() error {
 	if o.RedisServerName != "" && strings.ContainsAny(o.RedisServerName, ":/ ") {
 		bad("RedisServerName", "%q must be a host name or an IP address, without a port", o.RedisServerName)
 	}
+	o.validateSentinel(bad)
 	if o.AuditListenAddress == "" || o.OpsListenAddress == "" {
 		bad("AuditListenAddress/OpsListenAddress", "must be set")
 	}
@@ -475,6 +487,29 @@ func (o *Options) validateSelfManaged(bad func(field, format string, args ...any
 	}
 	if o.TLSSelfManagedCheckInterval <= 0 {
 		bad("TLSSelfManagedCheckInterval", "must be positive, got %s", o.TLSSelfManagedCheckInterval)
+	}
+}
+
+// validateSentinel reports what is wrong with the Sentinel options: Sentinel mode needs the
+// Sentinels' authentication, or a TLS trust an attacker cannot satisfy (a CA of one's own, or
+// a pinned server name), or the loudly named opt-out. Otherwise whoever reaches a Sentinel can
+// re-point it (SENTINEL REMOVE, MONITOR) at their own listener, which then receives
+// RedisPassword.
+func (o *Options) validateSentinel(bad func(field, format string, args ...any)) {
+	if o.RedisMasterName == "" {
+		if o.RedisSentinelUsername != "" || o.RedisSentinelPassword != "" || o.RedisSentinelInsecureAllowUnauthenticated {
+			bad("RedisSentinelUsername/RedisSentinelPassword/RedisSentinelInsecureAllowUnauthenticated", "apply to Sentinel mode only (RedisMasterName)")
+		}
+		return
+	}
+	if o.RedisSentinelUsername != "" && o.RedisSentinelPassword == "" {
+		bad("RedisSentinelUsername", "needs RedisSentinelPassword")
+	}
+	pinnedTLS := o.RedisTLSEnabled() && (o.RedisCAFile != "" || o.RedisServerName != "")
+	if o.RedisSentinelPassword == "" && !pinnedTLS && !o.RedisSentinelInsecureAllowUnauthenticated {
+		bad("RedisSentinelPassword", "is required with Sentinel (RedisMasterName), or TLS with RedisCAFile or RedisServerName: "+
+			"whoever reaches an unauthenticated Sentinel can re-point it at their own listener, which then receives the Redis password "+
+			"(--redis-sentinel-insecure-allow-unauthenticated opts out, unsafely)")
 	}
 }
 

@@ -138,7 +138,9 @@ func TestNewFailsOnUnreadableCertificate(t *testing.T) {
 func TestValidateRedisModes(t *testing.T) {
 	o := validOptions()
 	o.RedisAddr, o.RedisMasterName, o.RedisDB = "10.0.0.1:26379,10.0.0.2:26379", "mymaster", 1
+	o.RedisSentinelPassword = "sentinel-secret"
 	require.NoError(t, o.Validate(), "Sentinel keeps database numbers")
+	o.RedisSentinelPassword = ""
 	o.RedisMasterName = ""
 	require.ErrorContains(t, o.Validate(), "must be 0 with Redis Cluster")
 	o.RedisAddr, o.RedisCluster = "10.0.0.1:6379", true
@@ -176,4 +178,49 @@ func TestNewReleasesWhatStartedOnFailure(t *testing.T) {
 	again, err := net.Listen("tcp", o.AuditListenAddress)
 	require.NoError(t, err, "the audit listener was not closed")
 	require.NoError(t, again.Close())
+}
+
+// Sentinel mode is refused at start unless the Sentinels authenticate kubescribe or TLS pins
+// whom kubescribe trusts: else whoever reaches a Sentinel re-points it at their own listener,
+// which receives the Redis password. The opt-out is explicit; the error never holds a password.
+func TestValidateSentinelNeedsAuthenticationOrPinnedTLS(t *testing.T) {
+	sentinel := func(mutate func(*Options)) Options {
+		o := validOptions()
+		o.RedisAddr, o.RedisMasterName, o.RedisPassword = "10.0.0.1:26379", "mymaster", "master-secret"
+		mutate(&o)
+		return o
+	}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Options)
+		wantErr string
+	}{
+		{name: "open Sentinel", mutate: func(*Options) {}, wantErr: "Options.RedisSentinelPassword is required with Sentinel"},
+		{name: "TLS on the system roots only", mutate: func(o *Options) { o.RedisTLS = true }, wantErr: "RedisSentinelPassword is required"},
+		{name: "a client certificate only", mutate: func(o *Options) { o.RedisCertFile, o.RedisKeyFile = "c.crt", "c.key" }, wantErr: "RedisSentinelPassword is required"},
+		{name: "username without password", mutate: func(o *Options) { o.RedisSentinelUsername = "ks" }, wantErr: "RedisSentinelUsername needs RedisSentinelPassword"},
+		{name: "password", mutate: func(o *Options) { o.RedisSentinelPassword = "sentinel-secret" }},
+		{name: "ACL user", mutate: func(o *Options) { o.RedisSentinelUsername, o.RedisSentinelPassword = "ks", "sentinel-secret" }},
+		{name: "TLS with a CA", mutate: func(o *Options) { o.RedisCAFile = "ca.crt" }},
+		{name: "TLS with a pinned name", mutate: func(o *Options) { o.RedisServerName = "redis.internal" }},
+		{name: "opt-out", mutate: func(o *Options) { o.RedisSentinelInsecureAllowUnauthenticated = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := sentinel(tc.mutate)
+			err := o.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+			require.ErrorContains(t, err, "--redis-sentinel-insecure-allow-unauthenticated")
+			require.NotContains(t, err.Error(), "master-secret")
+		})
+	}
+	// Without Sentinel, the Sentinel options are a mistake.
+	o := validOptions()
+	o.RedisSentinelPassword = "sentinel-secret"
+	err := o.Validate()
+	require.ErrorContains(t, err, "apply to Sentinel mode only")
+	require.NotContains(t, err.Error(), "sentinel-secret")
 }

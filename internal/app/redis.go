@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -39,14 +41,20 @@ func newRedisClient(opts Options, log *slog.Logger, reg prometheus.Registerer, d
 			addrs = append(addrs, a)
 		}
 	}
+	if opts.RedisMasterName != "" && opts.RedisSentinelPassword != "" {
+		dial = requireSentinelAuth(dial, addrs, log)
+	}
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:         addrs,
 		MasterName:    opts.RedisMasterName,
 		IsClusterMode: opts.RedisCluster,
 		Username:      opts.RedisUsername,
 		Password:      opts.RedisPassword,
-		DB:            opts.RedisDB,
-		Dialer:        dial,
+		// Sent to the Sentinels only; the master gets Username and Password.
+		SentinelUsername: opts.RedisSentinelUsername,
+		SentinelPassword: opts.RedisSentinelPassword,
+		DB:               opts.RedisDB,
+		Dialer:           dial,
 		// Smaller buffers than go-redis' defaults (32 KiB per direction on each connection,
 		// 128 KiB on each pipeline connection). Connections opened during a burst stay in the
 		// pool, idle, with their buffers: after 10,000 commits the pool held ~1.5 MB of them.
@@ -136,4 +144,86 @@ func (h *redisHook) observe(kind string, began time.Time, err error) {
 	}
 	h.requests.WithLabelValues(kind, result).Inc()
 	h.duration.WithLabelValues(kind).Observe(time.Since(began).Seconds())
+}
+
+// errSentinelOpen is why a Sentinel that answered PING without authentication is refused.
+var errSentinelOpen = errors.New("it answers commands without authentication, so whoever reaches it could re-point it " +
+	"at a listener of theirs; set requirepass (or disable its default user) on every Sentinel")
+
+// requireSentinelAuth wraps dial (nil: plain TCP) for Sentinel mode with a Sentinel password:
+// each connection to one of the Sentinels (addrs) first sends PING without authentication and
+// is refused unless the Sentinel answers NOAUTH. An open Sentinel would accept go-redis'
+// HELLO with any password for its default user, and could have been re-pointed by anyone: the
+// master it announces is never dialled, so the Redis password never reaches it. Sentinels
+// go-redis discovers later (SENTINEL SENTINELS) are not probed: every Sentinel of one
+// deployment is configured alike. Refusals are logged at most every redisDialLogInterval.
+func requireSentinelAuth(dial func(context.Context, string, string) (net.Conn, error), addrs []string, log *slog.Logger) func(context.Context, string, string) (net.Conn, error) {
+	if dial == nil {
+		d := &net.Dialer{Timeout: redisDialTimeout, KeepAliveConfig: redisKeepAlive}
+		dial = d.DialContext
+	}
+	sentinels := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		sentinels[a] = true
+	}
+	var lastLog atomic.Int64
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil || !sentinels[addr] {
+			return conn, err
+		}
+		if err := probeSentinelAuth(ctx, conn); err != nil {
+			_ = conn.Close()
+			err = fmt.Errorf("refusing the Redis Sentinel at %s: %w", addr, err)
+			now := time.Now().UnixNano()
+			if last := lastLog.Load(); now-last >= int64(redisDialLogInterval) && lastLog.CompareAndSwap(last, now) {
+				log.Error("refusing a Redis Sentinel", "addr", addr, "err", err)
+			}
+			return nil, err
+		}
+		return conn, nil
+	}
+}
+
+// probeSentinelAuth sends PING on conn, not yet authenticated, and returns nil only when the
+// answer is a NOAUTH error. The answer is read to its end, so the connection is left clean for
+// go-redis. The server's text is never quoted back.
+func probeSentinelAuth(ctx context.Context, conn net.Conn) error {
+	deadline := time.Now().Add(redisDialTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n"); err != nil {
+		return err
+	}
+	// One reply line, read a byte at a time so that nothing past it is consumed; a Redis
+	// error line is short.
+	var line []byte
+	b := make([]byte, 1)
+	for {
+		if len(line) >= 512 {
+			return errors.New("its answer to an unauthenticated PING is too long")
+		}
+		if _, err := conn.Read(b); err != nil {
+			return fmt.Errorf("reading its answer to an unauthenticated PING: %w", err)
+		}
+		if b[0] == '\n' {
+			break
+		}
+		line = append(line, b[0])
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return err
+	}
+	switch {
+	case strings.HasPrefix(string(line), "-NOAUTH"):
+		return nil
+	case strings.HasPrefix(string(line), "+PONG"):
+		return errSentinelOpen
+	default:
+		return errors.New("it answered an unauthenticated PING with neither NOAUTH nor PONG")
+	}
 }

@@ -25,6 +25,10 @@ type Sentinel struct {
 	Addr string
 	// ReplicaAddr is the replica's 127.0.0.1:port.
 	ReplicaAddr string
+	// Password is the Sentinel's requirepass, generated at start (kubescribe refuses an
+	// unauthenticated Sentinel), and PasswordFile a file holding it, for
+	// --redis-sentinel-password-file.
+	Password, PasswordFile string
 
 	replica, sentinel *process
 }
@@ -45,6 +49,9 @@ func (cp *ControlPlane) StartSentinel(ctx context.Context) (_ *Sentinel, err err
 			_ = s.Stop()
 		}
 	}()
+	if s.Password, err = randomToken(); err != nil {
+		return nil, err
+	}
 	masterHost, masterPort, _ := net.SplitHostPort(cp.RedisAddr)
 	replicaDir, sentinelDir := filepath.Join(cp.Dir, "redis-replica"), filepath.Join(cp.Dir, "sentinel")
 	for _, d := range []string{replicaDir, sentinelDir} {
@@ -60,12 +67,17 @@ func (cp *ControlPlane) StartSentinel(ctx context.Context) (_ *Sentinel, err err
 	}, os.Environ(), cp.logf); err != nil {
 		return nil, err
 	}
+	s.PasswordFile = filepath.Join(sentinelDir, "password")
+	if err := os.WriteFile(s.PasswordFile, []byte(s.Password+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
 	// The Sentinel rewrites its configuration file as it learns: it must be its own, writable.
 	conf := filepath.Join(sentinelDir, "sentinel.conf")
 	if err := os.WriteFile(conf, []byte(strings.Join([]string{
 		fmt.Sprintf("port %d", ports[1]),
 		"bind 127.0.0.1",
 		"dir " + sentinelDir,
+		"requirepass " + s.Password,
 		fmt.Sprintf("sentinel monitor %s %s %s 1", SentinelMasterName, masterHost, masterPort),
 		"sentinel down-after-milliseconds " + SentinelMasterName + " 5000",
 		"sentinel failover-timeout " + SentinelMasterName + " 60000",
@@ -81,7 +93,7 @@ func (cp *ControlPlane) StartSentinel(ctx context.Context) (_ *Sentinel, err err
 
 	replica := redis.NewClient(&redis.Options{Addr: s.ReplicaAddr})
 	defer replica.Close()
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.Password})
 	defer sentinel.Close()
 	ready := func(ctx context.Context) error {
 		info, err := replica.Info(ctx, "replication").Result()
@@ -109,7 +121,7 @@ func (cp *ControlPlane) StartSentinel(ctx context.Context) (_ *Sentinel, err err
 
 // Master is the master's address as the Sentinel announces it.
 func (s *Sentinel) Master(ctx context.Context) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.Password})
 	defer c.Close()
 	hp, err := c.GetMasterAddrByName(ctx, SentinelMasterName).Result()
 	if err != nil {
@@ -128,7 +140,7 @@ func (s *Sentinel) Failover(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.Password})
 	defer c.Close()
 	if err := c.Failover(ctx, SentinelMasterName).Err(); err != nil {
 		return "", fmt.Errorf("SENTINEL FAILOVER: %w", err)

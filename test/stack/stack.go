@@ -232,6 +232,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	o.RedisAddr = cp.RedisAddr
 	if s.Sentinel != nil {
 		o.RedisAddr, o.RedisMasterName = s.Sentinel.Addr, controlplane.SentinelMasterName
+		o.RedisSentinelPassword = s.Sentinel.Password
 	}
 	if t := cp.RedisTLS; t != nil {
 		o.RedisCAFile, o.RedisCertFile, o.RedisKeyFile, o.RedisServerName = t.CAFile, t.CertFile, t.KeyFile, controlplane.RedisServerName
@@ -339,7 +340,8 @@ func (s *Stack) processArgs(auditAddr, admissionAddr, opsAddr, metricsAddr strin
 		args = append(args, "--attribution-source="+s.AttributionSource)
 	}
 	if s.Sentinel != nil {
-		args = append(args, "--redis-addr="+s.Sentinel.Addr, "--redis-master-name="+controlplane.SentinelMasterName)
+		args = append(args, "--redis-addr="+s.Sentinel.Addr, "--redis-master-name="+controlplane.SentinelMasterName,
+			"--redis-sentinel-password-file="+s.Sentinel.PasswordFile)
 	}
 	if t := cp.RedisTLS; t != nil {
 		args = append(args, "--redis-ca-file="+t.CAFile, "--redis-cert-file="+t.CertFile, "--redis-key-file="+t.KeyFile,
