@@ -139,9 +139,11 @@ func (w *Worker) refetch(ctx context.Context) (bool, error) {
 		w.log.Warn("the branch moved further than the worker fetched; changes the commits it did not see carry may be committed again",
 			"old_tip", old.String(), "remote_tip", tip.String())
 	}
-	if complete {
+	switch {
+	case old.IsZero(): // the worker pushed nothing to the branch: no folder lost what it pushed
+	case complete:
 		w.foreignEdits(tip, foreign)
-	} else {
+	default:
 		w.foreignEditsBetween(old, tip)
 	}
 	return true, nil
@@ -180,7 +182,7 @@ func (w *Worker) foreignEdits(tip plumbing.Hash, foreign []*object.Commit) {
 // (the branch was rewound or replaced, or moved further than the fetch reached): every open
 // folder whose tree differs between them.
 func (w *Worker) foreignEditsBetween(base, tip plumbing.Hash) {
-	if w.opts.OnReplay == nil || base.IsZero() {
+	if w.opts.OnReplay == nil {
 		return
 	}
 	tb := w.builder()
