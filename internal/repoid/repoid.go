@@ -27,7 +27,7 @@ import (
 )
 
 // ID is a repository's identity: "<host>/<path>" for a network URL, "file://<path>" for a local
-// one. The zero ID names no repository and equals no other ID (Same).
+// one, the path in lower case. The zero ID is that of no repository URL.
 type ID string
 
 // defaultPorts are the ports a scheme dials when a URL names none.
@@ -37,8 +37,9 @@ var defaultPorts = map[string]string{"https": "443", "http": "80", "ssh": "22", 
 // scp-like user@host:path as ssh://user@host/path, the scheme's default port dropped, repeated
 // slashes collapsed, "." and ".." resolved, and the query, the fragment, a trailing "/" and a
 // ".git" suffix dropped. A password is dropped; the user is kept (ssh://git@host/org/repo). ok is
-// false for what is not a repository URL (no scheme or host, a scheme other than https, http,
-// ssh, git or file, a control character); Canonical never panics.
+// false for what is not a repository URL (no scheme, no host or one that is neither a name nor an
+// address, a scheme other than https, http, ssh, git or file, a control character); Canonical
+// never panics.
 func Canonical(raw string) (canonical string, ok bool) {
 	p, ok := parse(raw)
 	if !ok {
@@ -73,12 +74,22 @@ func Of(raw string) ID {
 	return ID(p.host + strings.ToLower(p.path))
 }
 
-// Same reports whether a and b name the same repository on the same server. A string that is not
-// a repository URL names none: it is the same as nothing, not even itself (the controller refuses
-// such a GitProvider before any comparison).
+// Same reports whether a and b name the same repository on the same server. When either is not a
+// repository URL Of understands, they are compared as written, ignoring case, surrounding spaces
+// and a trailing "/" or ".git": never less than the same repository spelled the same way.
 func Same(a, b string) bool {
-	ia := Of(a)
-	return ia != "" && ia == Of(b)
+	ia, ib := Of(a), Of(b)
+	if ia != "" && ib != "" {
+		return ia == ib
+	}
+	la, lb := asWritten(a), asWritten(b)
+	return la != "" && la == lb
+}
+
+// asWritten is a URL Of does not understand, as Same compares it.
+func asWritten(s string) string {
+	s = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), "/")
+	return strings.TrimSuffix(s, ".git")
 }
 
 // parsed is a repository URL taken apart.
@@ -109,9 +120,6 @@ func parse(raw string) (parsed, bool) {
 		if u.Host != "" && !strings.EqualFold(u.Host, "localhost") {
 			return parsed{}, false // a file URL of another machine
 		}
-		if p.path == "" {
-			return parsed{}, false
-		}
 		return p, true
 	case "https", "http", "ssh", "git":
 	default:
@@ -124,7 +132,7 @@ func parse(raw string) (parsed, bool) {
 	if n, err := strconv.ParseUint(cmp.Or(p.port, "0"), 10, 16); err != nil || (p.port != "" && n == 0) {
 		return parsed{}, false
 	}
-	if p.host == "" || p.path == "" {
+	if p.host == "" {
 		return parsed{}, false
 	}
 	return p, true
@@ -183,7 +191,7 @@ func hostPort(hp string) (host, port string) {
 
 // cleanPath is a repository's path: "/"-rooted, repeated slashes collapsed, "." and ".."
 // resolved, without a trailing "/" or ".git" (either, repeatedly: "/org/repo.git/" and
-// "/org/repo/.git" are "/org/repo"). It is "" for the root, which names no repository.
+// "/org/repo/.git" are "/org/repo"). A repository a server serves at its root is "/".
 func cleanPath(p string) string {
 	p = path.Clean("/" + p)
 	for {
@@ -193,8 +201,8 @@ func cleanPath(p string) string {
 		}
 		p = trimmed
 	}
-	if p == "/" || p == "" {
-		return ""
+	if p == "" {
+		return "/"
 	}
 	return p
 }

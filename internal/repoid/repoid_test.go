@@ -1,6 +1,7 @@
 package repoid
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,6 +73,8 @@ func TestCanonical(t *testing.T) {
 		{"https://robot:secret@git.example.com/org/repo", "https://robot@git.example.com/org/repo"},
 		{"file:///srv/git/repo.git/", "file:///srv/git/repo"},
 		{"file://localhost/srv//git/repo", "file:///srv/git/repo"},
+		{"https://git.example.com:443", "https://git.example.com/"},
+		{"https://git.example.com//.git/", "https://git.example.com/"},
 	} {
 		got, ok := Canonical(tt.in)
 		require.True(t, ok, "%q", tt.in)
@@ -80,12 +83,20 @@ func TestCanonical(t *testing.T) {
 	}
 }
 
-// Garbage names no repository, and is the same as nothing, not even itself; nothing panics.
+// A repository a server serves at its root is one repository too, whatever the spelling.
+func TestRootRepository(t *testing.T) {
+	for _, other := range []string{"https://git.example.com/", "https://git.example.com:443", "ssh://git@git.example.com/.git", "https://GIT.example.com//?x"} {
+		require.True(t, Same("https://git.example.com", other), "%q", other)
+	}
+	require.False(t, Same("https://git.example.com", "https://git.example.com/org/repo"))
+}
+
+// Garbage has no identity, is compared as written (so never less than before), and nothing
+// panics.
 func TestGarbage(t *testing.T) {
 	for _, in := range []string{
-		"", " ", "/", "org/repo", "https://", "https:///org/repo", "https://git.example.com",
-		"https://git.example.com/", "https://git.example.com/.git", "ftp://git.example.com/org/repo",
-		"file://other-host/srv/repo", "file:///", "git@", "git@:org/repo", "git@host:", "@host:path",
+		"", " ", "/", "org/repo", "https://", "https:///org/repo", "ftp://git.example.com/org/repo",
+		"file://other-host/srv/repo", "git@", "git@:org/repo", "git@host:", "@host:path",
 		"[::1", "git@[::1:org/repo", "https://git.example.com/org/\x1b]0;pwned\x07",
 		"git@git.example.com:org/\x1b[2J", "https://%zz/org/repo", "https://git.example.com:99999999999999999999/a",
 		"\x00", "\xff\xfe", "a/b:c", "host/x:org/repo",
@@ -94,9 +105,11 @@ func TestGarbage(t *testing.T) {
 			_, ok := Canonical(in)
 			require.False(t, ok, "%q", in)
 			require.Equal(t, ID(""), Of(in), "%q", in)
-			require.False(t, Same(in, in), "%q", in)
+			require.Equal(t, strings.TrimSpace(in) != "" && strings.TrimSpace(in) != "/", Same(in, in), "%q", in)
+			require.False(t, Same(in, "https://git.example.com/org/repo"), "%q", in)
 		})
 	}
+	require.True(t, Same("FTP://git.example.com/org/repo.git/", "ftp://git.example.com/org/repo"), "compared as written, as before")
 }
 
 func FuzzOf(f *testing.F) {
