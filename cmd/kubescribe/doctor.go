@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/kubescribe/kubescribe/internal/safetext"
 )
 
 // The exit codes of `kubescribe doctor`.
@@ -115,6 +117,9 @@ type doctorOptions struct {
 }
 
 func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// Everything doctor prints passes here: condition messages, Git and API errors and names
+	// others chose reach the admin's terminal without a control character or escape sequence.
+	stdout, stderr = safetext.NewWriter(stdout), safetext.NewWriter(stderr)
 	o, err := parseDoctorFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -297,6 +302,7 @@ func (e *doctorEnv) run(ctx context.Context) (*doctorReport, error) {
 }
 
 func writeDoctorReport(w io.Writer, format string, r *doctorReport) error {
+	r = r.stripped()
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -344,6 +350,28 @@ func writeDoctorReport(w io.Writer, format string, r *doctorReport) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// stripped is a copy of r whose texts are stripped of control characters and escape sequences
+// (safetext): the JSON encoder would escape them (\u001b), and whoever reads the JSON would
+// print them again.
+func (r *doctorReport) stripped() *doctorReport {
+	out := *r
+	out.Context, out.KubescribeNamespace, out.Namespace = safetext.Strip(r.Context), safetext.Strip(r.KubescribeNamespace), safetext.Strip(r.Namespace)
+	out.Checks = make([]*doctorCheck, len(r.Checks))
+	for i, c := range r.Checks {
+		cc := *c
+		cc.Name, cc.Title, cc.Summary, cc.Fix = safetext.Strip(c.Name), safetext.Strip(c.Title), safetext.Strip(c.Summary), safetext.Strip(c.Fix)
+		if c.Findings != nil {
+			cc.Findings = make([]*doctorFinding, len(c.Findings))
+		}
+		for j, f := range c.Findings {
+			cc.Findings[j] = &doctorFinding{Verdict: f.Verdict, Object: safetext.Strip(f.Object),
+				Reason: safetext.Strip(f.Reason), Message: safetext.Strip(f.Message), Fix: safetext.Strip(f.Fix)}
+		}
+		out.Checks[i] = &cc
+	}
+	return &out
 }
 
 // indentText indents the lines after the first of s.

@@ -115,6 +115,9 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	if err := c.opts.ProbeRemote(pctx, p.Spec.URL, creds); err != nil {
+		// The condition says what kind of failure it was (git.Probe classifies it); what the
+		// server said goes to the log only.
+		c.log.Warn("a GitProvider's repository check failed", "gitprovider", p.Namespace+"/"+p.Name, "err", err, "detail", git.RemoteDetail(err))
 		if errors.Is(err, git.ErrHostKey) {
 			return nil, signer, v1alpha1.ReasonHostKeyRejected, fmt.Sprintf("the SSH host key is not trusted (known_hosts of Secret %q): %v", p.Spec.SecretRef.Name, err), false
 		}

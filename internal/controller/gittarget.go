@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/git"
+	"github.com/kubescribe/kubescribe/internal/repoid"
 	"github.com/kubescribe/kubescribe/internal/secretenc"
 	"github.com/kubescribe/kubescribe/internal/watch"
 )
@@ -226,8 +227,8 @@ func (c *Controller) isProviderReady(name types.NamespacedName) bool {
 }
 
 // overlappingTarget returns a GitTarget that holds a folder overlapping t's on the same branch
-// of the same repository (the URLs of their GitProviders). Two writers of one folder would undo
-// each other's sweeps. Only a target that writes (is routed) holds its folder, and only against
+// of the same repository (their GitProviders' URLs however spelled, repoid.Same): two writers
+// of one folder would undo each other's sweeps. Only a target that writes (is routed) holds its folder, and only against
 // a weaker claim: an established claim (the target writes where its status says its content
 // is: observedDestination equals the spec, no retarget in progress) beats a pending one (a new
 // target, or one being retargeted), and between equal claims the older target (by creation,
@@ -250,7 +251,7 @@ func (c *Controller) overlappingTarget(name types.NamespacedName, t *v1alpha1.Gi
 		}
 		var p v1alpha1.GitProvider
 		exists, err := c.get(kindProvider, types.NamespacedName{Namespace: other.Namespace, Name: other.Spec.ProviderRef.Name}, &p)
-		if err != nil || !exists || !sameRepository(p.Spec.URL, url) {
+		if err != nil || !exists || !repoid.Same(p.Spec.URL, url) {
 			continue
 		}
 		if !strongerClaim(&other, t) {
@@ -295,15 +296,6 @@ func cleanPath(p string) string { return strings.TrimPrefix(path.Clean("/"+p), "
 func pathsOverlap(a, b string) bool {
 	a, b = cleanPath(a), cleanPath(b)
 	return a == "" || b == "" || a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
-}
-
-// sameRepository compares repository URLs, ignoring case, a trailing "/" and ".git".
-func sameRepository(a, b string) bool {
-	norm := func(s string) string {
-		s = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), "/")
-		return strings.TrimSuffix(s, ".git")
-	}
-	return norm(a) == norm(b)
 }
 
 // enqueueAllTargets re-evaluates every GitTarget.

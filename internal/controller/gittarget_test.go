@@ -384,6 +384,4 @@ func TestPathsOverlap(t *testing.T) {
 	} {
 		require.Equal(t, tt.want, pathsOverlap(tt.a, tt.b), "%q %q", tt.a, tt.b)
 	}
-	require.True(t, sameRepository("https://git.example.com/org/repo.git", "https://GIT.example.com/org/repo/"))
-	require.False(t, sameRepository("https://git.example.com/org/repo", "https://git.example.com/org/other"))
 }

@@ -380,6 +380,8 @@ type fixtureConfig struct {
 	ownership Ownership
 	// attributionWebhook is Options.AttributionWebhook.
 	attributionWebhook *AttributionWebhookOptions
+	// probe, when set, is Options.ProbeRemote instead of the fake (git.Probe, say).
+	probe func(context.Context, string, git.Credentials) error
 }
 
 type fixture struct {
@@ -460,13 +462,17 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	require.NoError(t, err)
 	sources.Start(context.Background())
 	f.sources = sources
+	probe := f.probe.probe
+	if cfg.probe != nil {
+		probe = cfg.probe
+	}
 	c, err := New(Options{
 		Client:      dyn,
 		Kube:        kube,
 		Sources:     sources,
 		Cluster:     testCluster,
 		Router:      f.router,
-		ProbeRemote: f.probe.probe,
+		ProbeRemote: probe,
 		Logger:      log,
 		Cursors:     f.drops,
 

@@ -4,21 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"maps"
-	"net"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +34,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/remoteerr"
 )
 
 // Bounds of the calls a GitTarget with spec.sourceCluster makes while it is reconciled.
@@ -594,87 +590,9 @@ func restConfigFromKubeconfig(kubeconfig []byte, allowExec, allowInsecure bool) 
 
 // remoteError describes an error of a request to a remote source cluster for a condition: its
 // HTTP status or the class of its connection or TLS failure, never text the server chose (a
-// response body or a Status message, which client-go copies into its errors). The full error
-// goes to the log only.
-func remoteError(err error) string {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		code := int(status.Status().Code)
-		switch apierrors.ReasonForError(err) {
-		case metav1.StatusReasonUnauthorized:
-			return "unauthorized (401)"
-		case metav1.StatusReasonForbidden:
-			return "forbidden (403)"
-		case metav1.StatusReasonNotFound:
-			return "not found (404)"
-		case metav1.StatusReasonTimeout, metav1.StatusReasonServerTimeout:
-			return fmt.Sprintf("the server timed out (%d)", code)
-		case metav1.StatusReasonTooManyRequests:
-			return "too many requests (429)"
-		case metav1.StatusReasonServiceUnavailable:
-			return "service unavailable (503)"
-		}
-		if text := http.StatusText(code); text != "" {
-			return fmt.Sprintf("HTTP %d (%s)", code, strings.ToLower(text))
-		}
-		return fmt.Sprintf("HTTP status %d", code)
-	}
-	var groups *discovery.ErrGroupDiscoveryFailed
-	if errors.As(err, &groups) && len(groups.Groups) > 0 {
-		gvs := slices.SortedFunc(maps.Keys(groups.Groups), func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
-		return fmt.Sprintf("discovery of %d API group versions failed, the first: %s", len(gvs), remoteError(groups.Groups[gvs[0]]))
-	}
-	var (
-		unknownCA x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		record    tls.RecordHeaderError
-		alert     tls.AlertError
-		verify    *tls.CertificateVerificationError
-		dns       *net.DNSError
-		netErr    net.Error
-	)
-	switch {
-	case errors.As(err, &unknownCA):
-		return "certificate signed by unknown authority"
-	case errors.As(err, &hostname):
-		return "the server's certificate is not valid for its name"
-	case errors.As(err, &invalid):
-		return "the server's certificate is not valid (expired, not yet valid, or not for serving)"
-	case errors.As(err, &verify):
-		return "the server's certificate cannot be verified"
-	case errors.As(err, &record):
-		return "the server does not speak TLS"
-	case errors.As(err, &alert):
-		return "the TLS handshake failed (the server refused it)"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "no route to the host"
-	case errors.As(err, &dns):
-		if dns.IsNotFound {
-			return "the server's host name does not resolve"
-		}
-		return "the host name lookup failed"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return "timed out"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "the server closed the connection"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	}
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		// net/http's own words (not the server's) for a plain HTTP answer to a TLS hello.
-		if strings.Contains(urlErr.Err.Error(), "server gave HTTP response to HTTPS client") {
-			return "the server does not speak TLS"
-		}
-		return "the request failed"
-	}
-	return "the server's answer cannot be used"
-}
+// response body or a Status message, which client-go copies into its errors), as Git servers'
+// errors are described (remoteerr). The full error goes to the log only.
+func remoteError(err error) string { return remoteerr.Describe(err) }
 
 func quoteAll(s []string) []string {
 	out := make([]string, len(s))

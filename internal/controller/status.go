@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/safetext"
 )
 
 var metav1UpdateOptions = metav1.UpdateOptions{FieldManager: FieldManager}
@@ -23,13 +24,15 @@ func conditionStatus(ready bool) metav1.ConditionStatus {
 	return metav1.ConditionFalse
 }
 
-// setCondition sets the Ready condition; it reports whether anything changed.
+// setCondition sets the Ready condition; it reports whether anything changed. The message is
+// stripped of control characters and escape sequences (safetext): it may name what others chose
+// (a URL, a folder's files), and people read it in their terminals.
 func setCondition(conds *[]metav1.Condition, generation int64, status metav1.ConditionStatus, reason, format string, args ...any) bool {
 	return meta.SetStatusCondition(conds, metav1.Condition{
 		Type:               v1alpha1.ConditionReady,
 		Status:             status,
 		ObservedGeneration: generation,
 		Reason:             reason,
-		Message:            fmt.Sprintf(format, args...),
+		Message:            safetext.Strip(fmt.Sprintf(format, args...)),
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -17,7 +16,9 @@ var ErrAuthentication = errors.New("authentication failed")
 
 // Probe checks that the repository at url answers to the credentials by listing its refs. An
 // empty repository is reachable. A refusal for the credentials wraps ErrAuthentication; an SSH
-// host key that known_hosts does not hold wraps ErrHostKey.
+// host key that known_hosts does not hold wraps ErrHostKey. The error's text never quotes the
+// server (fromRemote): it says what kind of failure it was; RemoteDetail gives the rest, for the
+// log.
 func Probe(ctx context.Context, url string, creds Credentials) error {
 	remote := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{url}})
 	auth, err := authFor(url, creds)
@@ -26,15 +27,8 @@ func Probe(ctx context.Context, url string, creds Credentials) error {
 	}
 	opts := &gogit.ListOptions{CABundle: creds.CABundle, Auth: auth}
 	_, err = remote.ListContext(ctx, opts)
-	switch {
-	case err == nil, errors.Is(err, transport.ErrEmptyRemoteRepository):
+	if err == nil || errors.Is(err, transport.ErrEmptyRemoteRepository) {
 		return nil
-	case errors.Is(err, ErrHostKey):
-		return fmt.Errorf("listing %s: %w", url, err)
-	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed),
-		strings.Contains(err.Error(), "ssh: unable to authenticate"):
-		return fmt.Errorf("%w for %s: %v", ErrAuthentication, url, creds.redact(err))
-	default:
-		return fmt.Errorf("listing %s: %v", url, creds.redact(err))
 	}
+	return fmt.Errorf("listing %s: %w", url, fromRemote(err, creds.redact))
 }

@@ -119,7 +119,7 @@ func (kh knownHosts) callback(hostname string, remote net.Addr, key ssh.PublicKe
 	known := false
 	for _, k := range kh {
 		if k.revoked && bytes.Equal(k.key.Marshal(), wire) {
-			return fmt.Errorf("%w: the host key of %s (%s) is marked @revoked in known_hosts", ErrHostKey, host, ssh.FingerprintSHA256(key))
+			return hostKeyErrorf("the host key of %s (%s) is marked @revoked in known_hosts", host, ssh.FingerprintSHA256(key))
 		}
 	}
 	for _, k := range kh {
@@ -132,11 +132,22 @@ func (kh knownHosts) callback(hostname string, remote net.Addr, key ssh.PublicKe
 		}
 	}
 	if known {
-		return fmt.Errorf("%w: the host key of %s (%s %s) does not match known_hosts: the key changed, or someone is intercepting the connection",
-			ErrHostKey, host, key.Type(), ssh.FingerprintSHA256(key))
+		return hostKeyErrorf("the host key of %s (%s %s) does not match known_hosts: the key changed, or someone is intercepting the connection",
+			host, key.Type(), ssh.FingerprintSHA256(key))
 	}
-	return fmt.Errorf("%w: host %s is not in known_hosts (it offered %s %s); add its key to the Secret's known_hosts",
-		ErrHostKey, host, key.Type(), ssh.FingerprintSHA256(key))
+	return hostKeyErrorf("host %s is not in known_hosts (it offered %s %s); add its key to the Secret's known_hosts",
+		host, key.Type(), ssh.FingerprintSHA256(key))
+}
+
+// hostKeyError is a refused host key (ErrHostKey), in kubescribe's words only: the host from the
+// URL, the key's type and fingerprint. A remote error keeps its text (fromRemote).
+type hostKeyError struct{ msg string }
+
+func (e *hostKeyError) Error() string        { return e.msg }
+func (e *hostKeyError) Is(target error) bool { return target == ErrHostKey }
+
+func hostKeyErrorf(format string, args ...any) error {
+	return &hostKeyError{msg: ErrHostKey.Error() + ": " + fmt.Sprintf(format, args...)}
 }
 
 // algorithms are the host key algorithms of the keys known for host, so that the server presents

@@ -84,7 +84,8 @@ func TestSSHWrongClientKey(t *testing.T) {
 	require.Error(t, err)
 	require.NotErrorIs(t, err, ErrHostKey)
 	require.ErrorIs(t, err, ErrAuthentication)
-	require.ErrorContains(t, err, "unable to authenticate")
+	require.ErrorContains(t, err, "authentication failed")
+	require.Contains(t, RemoteDetail(err), "unable to authenticate", "the SSH library's words, for the log")
 	require.NotContains(t, err.Error(), string(wrongPEM))
 }
 

@@ -63,7 +63,8 @@ func TestBranchLostOnTheServerStartsOver(t *testing.T) {
 	st := tw.Status()
 	require.Zero(t, st.Pending, "a dropped change is not pending")
 	require.ErrorContains(t, st.LastError, "started over")
-	require.ErrorContains(t, st.LastError, "missing necessary objects", "what the server answered")
+	require.ErrorContains(t, st.LastError, errPushRefused, "the server's refusal, classified")
+	require.Contains(t, RemoteDetail(st.LastError), "missing necessary objects", "what the server answered, for the log")
 
 	// A change that comes before the replay is committed, not pushed.
 	tw.Submit("", by("bob", "b1", cmChange(watch.OpCreate, "demo", "third", "1")))
@@ -239,7 +240,7 @@ func TestRefusedRestoreIsRetriedNotStartedOver(t *testing.T) {
 	runGit(t, "", "--git-dir="+gitDir, "update-ref", "-d", "refs/heads/main")
 	require.Eventually(t, func() bool {
 		err := tw.Status().LastError
-		return err != nil && strings.Contains(err.Error(), "pre-receive hook declined")
+		return err != nil && strings.Contains(err.Error(), errPushRefused) && strings.Contains(RemoteDetail(err), "pre-receive hook declined")
 	}, 20*time.Second, 10*time.Millisecond, "%s", tw.logs.String())
 	require.Empty(t, tw.replays(), "a refusal that is not about missing objects does not start the branch over")
 
@@ -267,6 +268,7 @@ func TestHistoryLostAtShutdownIsReported(t *testing.T) {
 	deleteAndCollect(t, gitDir)
 	err := tw.stop(t)
 	require.ErrorContains(t, err, "1 changes not pushed")
-	require.ErrorContains(t, err, "missing necessary objects")
+	require.ErrorContains(t, err, errPushRefused)
+	require.Contains(t, RemoteDetail(err), "missing necessary objects")
 	require.Empty(t, tw.replays(), "no start-over at shutdown")
 }

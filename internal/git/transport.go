@@ -160,7 +160,7 @@ func (w *Worker) fetchFiltered(ctx context.Context, store *memory.Storage, have 
 	}
 	sess, err := cl.NewUploadPackSession(ep, auth)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return plumbing.ZeroHash, fromRemote(err, w.redact)
 	}
 	defer func() { _ = sess.Close() }()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
@@ -168,7 +168,7 @@ func (w *Worker) fetchFiltered(ctx context.Context, store *memory.Storage, have 
 		return plumbing.ZeroHash, errNoBranch
 	}
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return plumbing.ZeroHash, fromRemote(err, w.redact)
 	}
 	tip, ok := w.branchIn(ar)
 	if !ok {
@@ -200,7 +200,7 @@ func (w *Worker) fetchFiltered(ctx context.Context, store *memory.Storage, have 
 		}
 	}
 	if err := readPack(ctx, sess, req, band, store); err != nil {
-		return plumbing.ZeroHash, err
+		return plumbing.ZeroHash, fromRemote(err, w.redact)
 	}
 	if _, err := object.GetCommit(store, tip); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("fetched pack lacks the branch tip %s: %w", tip, err)
@@ -254,17 +254,17 @@ func (w *Worker) fetchBlobs(ctx context.Context, store *memory.Storage, ids []pl
 	}
 	sess, err := cl.NewUploadPackSession(ep, auth)
 	if err != nil {
-		return err
+		return fromRemote(err, w.redact)
 	}
 	defer func() { _ = sess.Close() }()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
-		return err
+		return fromRemote(err, w.redact)
 	}
 	req := packp.NewUploadPackRequest()
 	band := packRequest(req, ar.Capabilities)
 	req.Wants = ids
-	return readPack(ctx, sess, req, band, store)
+	return fromRemote(readPack(ctx, sess, req, band, store), w.redact)
 }
 
 // planCommit reports whether h is one of the unpushed commits.
@@ -305,12 +305,12 @@ func (w *Worker) pushCommits(ctx context.Context, newTip plumbing.Hash, objs []p
 	}
 	sess, err := cl.NewReceivePackSession(ep, auth)
 	if err != nil {
-		return err
+		return fromRemote(err, w.redact)
 	}
 	defer func() { _ = sess.Close() }()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
-		return err
+		return fromRemote(err, w.redact)
 	}
 	cur, exists := w.branchIn(ar)
 	create := w.remoteTip.IsZero() || w.remoteGone
@@ -338,15 +338,12 @@ func (w *Worker) pushCommits(ctx context.Context, newTip plumbing.Hash, objs []p
 	if rs != nil && rs.Error() != nil && create && w.remoteGone && missingObjects(rs) {
 		// The server answered, and refused: the pack holds only the new commits' objects,
 		// which build on what it held of the deleted branch and no longer does.
-		return fmt.Errorf("%w: %w", errHistoryLost, rs.Error())
+		return fmt.Errorf("%w: %w", errHistoryLost, fromRemoteAs(errPushRefused, rs.Error(), w.redact))
 	}
-	if err != nil {
-		return err
+	if rs != nil && rs.Error() != nil {
+		return fromRemoteAs(errPushRefused, rs.Error(), w.redact)
 	}
-	if rs != nil {
-		return rs.Error()
-	}
-	return nil
+	return fromRemote(err, w.redact)
 }
 
 // setStore replaces the working store, whose tip has the tree path counts refs (nil: unknown)

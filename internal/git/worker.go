@@ -515,7 +515,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 	} else {
 		err = errors.New(msg)
 	}
-	w.log.Warn("git worker stopped with changes not pushed", "pending", pending, "late", late, "err", err)
+	w.log.Warn("git worker stopped with changes not pushed", "pending", pending, "late", late, "err", err, "detail", RemoteDetail(err))
 	return err
 }
 
@@ -935,7 +935,7 @@ func (w *Worker) startOver(err error) {
 	w.setError(fmt.Errorf("push: %w; the branch is started over from the cluster", err))
 	w.opts.Metrics.branchStartedOver()
 	w.log.Warn("the server no longer holds the deleted branch's history; starting the branch over, every file is written again from the cluster",
-		"old_tip", old.String(), "dropped", len(dropped), "err", w.redact(err))
+		"old_tip", old.String(), "dropped", len(dropped), "err", w.redact(err), "detail", RemoteDetail(err))
 	if w.opts.OnReplay != nil {
 		w.opts.OnReplay(ReplayRequest{StartedOver: true, Dropped: dropped})
 	}
@@ -1020,7 +1020,7 @@ func (w *Worker) failed(ctx context.Context, what string, err error) {
 	d := w.backoff(w.failures)
 	w.retryAt = time.Now().Add(d)
 	w.setError(err)
-	w.log.Warn("git remote operation failed; will retry", "err", err, "retry_in", d,
+	w.log.Warn("git remote operation failed; will retry", "err", err, "detail", RemoteDetail(err), "retry_in", d,
 		"attempt", w.failures, "pending", w.Status().Pending)
 	if w.opts.OnFailed != nil {
 		w.opts.OnFailed(err)
