@@ -426,11 +426,13 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	return err
 }
 
-// admissionAuth binds the admission listener's credentials to routes: verified client
-// certificates by common name, and the tokens of --admission-token-file.
+// admissionAuth binds the admission listener's credentials to routes and webhooks: verified
+// client certificates by common name, and the secrets of --admission-token-file (the webhook
+// tokens derived from them, reviewhttp.WebhookToken).
 func (a *App) admissionAuth() (*reviewhttp.Auth, error) {
 	auth := &reviewhttp.Auth{
 		Callers:              audit.Authenticator{LocalRoute: a.opts.ClusterName, CertRoutes: a.opts.AdmissionClientCertRoutes},
+		CertWebhooks:         a.opts.AdmissionClientCertWebhooks,
 		AllowUnauthenticated: a.opts.AdmissionInsecureAllowUnauthenticated,
 		Metrics:              reviewhttp.NewAuthMetrics(a.opts.Registry),
 	}
@@ -765,13 +767,14 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 		return nil, fmt.Errorf("attribution webhook: %w", err)
 	}
 	if o.AdmissionTokenFile != "" {
-		// The apiserver authenticates with the first token bound to this cluster, in the
-		// webhook's URL path (a managed cluster presents no client certificate).
+		// The apiserver authenticates with the attribution webhook's token (derived from the
+		// first secret bound to this cluster), in the webhook's URL path (a managed cluster
+		// presents no client certificate): it opens that webhook only.
 		tokens, err := audit.LoadTokenFile("admission token file", o.AdmissionTokenFile, o.ClusterName)
 		if err != nil {
 			return nil, err
 		}
-		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
+		reviewhttp.AddPathToken(&cc, reviewhttp.PathTokenFor(tokens, o.ClusterName, reviewhttp.WebhookAttribution))
 	}
 	src, _ := attribution.ParseSource(o.AttributionSource) // validated
 	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces,

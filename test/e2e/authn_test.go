@@ -26,6 +26,7 @@ import (
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
@@ -330,7 +331,7 @@ func TestAuthnManagedClusterPathToken(t *testing.T) {
 
 	// The right token: every assertion is now reviewed twice (the certificate's registration
 	// and the token's), and none is refused as unauthenticated.
-	register("path-token", env.Admission.Token)
+	register("path-token", reviewhttp.WebhookToken([]byte(env.Admission.Token), reviewhttp.WebhookCommitRequests))
 	served := `kubescribe_authz_requests_total{code="200"}`
 	before = metricValue(t, unauthenticated)
 	require.True(t, poll(60*time.Second, func() bool {
