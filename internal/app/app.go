@@ -77,6 +77,11 @@ type App struct {
 	sources    *watch.Registry
 	router     *git.Router
 	controller *controller.Controller
+
+	// reviewLosses: which routes' admission reviews may have been lost (the join then credits
+	// no change to one user's candidates alone).
+	reviewLosses *admission.Losses
+
 	// membership shares the branches among the replicas (Coordination leases); nil with none.
 	membership *ownership.Membership
 	// stopping is when the shutdown began (zero before).
@@ -182,6 +187,7 @@ func New(opts Options) (_ *App, err error) {
 	a.store.SetObservability(a.log.With("component", "attribution"), attributionMetrics)
 	watchMetrics := watch.NewMetrics(opts.Registry)
 	a.deliveries = audit.NewDeliveries(a.store)
+	a.reviewLosses = admission.NewLosses(a.store)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
 		Facts:       a.store,
 		Candidates:  a.store,
@@ -194,6 +200,8 @@ func New(opts Options) (_ *App, err error) {
 		Excluded: func(c watch.Change) {
 			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
 		},
+		// A lost admission review makes its route's changes doubtful (issue 36, finding 1).
+		ReviewLosses: a.reviewLosses,
 	})
 	if err != nil {
 		return nil, err
@@ -410,6 +418,7 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 		MaxBodyBytes:  a.opts.AttributionMaxBodyBytes,
 		InFlightBytes: a.opts.AttributionInFlightBytes,
 		QueueBytes:    a.opts.AttributionQueueBytes,
+		Losses:        a.reviewLosses,
 		Logger:        a.log,
 		Metrics:       admission.NewMetrics(a.opts.Registry),
 	})
