@@ -29,9 +29,10 @@ func Body(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) {
 		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	if err != nil {
+	if err != nil && r.ProtoMajor == 1 {
 		// The connection is closed after the answer: net/http would otherwise read what is
-		// left of the body first, for as long as its sender trickles it.
+		// left of the body first, for as long as its sender trickles it. (HTTP/2 resets the
+		// stream alone; the connection may carry other reviews.)
 		w.Header().Set("Connection", "close")
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
