@@ -28,7 +28,7 @@ func admissionWebhookConfig(ctx context.Context, args []string, stdout io.Writer
 	service := fs.String("service", "", "the Service in front of kubescribe, as namespace/name[:port] (port 9443 by default)")
 	var caf caFlags
 	caf.register(fs)
-	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --cluster-name goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
+	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the CommitRequest webhook's own token, derived from the first secret bound to --cluster-name, goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster); the attribution webhook refuses it")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the CommitRequest webhook serves that route only")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,7 +57,7 @@ func admissionWebhookConfig(ctx context.Context, args []string, stdout io.Writer
 		}
 		cc.Service = ref
 	}
-	if err := addPathToken(&cc, *tokenFile, *clusterName, *clusterName); err != nil {
+	if err := addPathToken(&cc, *tokenFile, *clusterName, *clusterName, reviewhttp.WebhookCommitRequests); err != nil {
 		return err
 	}
 	out, err := yaml.Marshal(authz.WebhookConfiguration(cc))
@@ -68,10 +68,11 @@ func admissionWebhookConfig(ctx context.Context, args []string, stdout io.Writer
 	return err
 }
 
-// addPathToken puts the first token of kubescribe's admission token file bound to route into
-// cc's path (a line without routes is bound to clusterName, kubescribe's --cluster-name);
-// nothing without a file. Errors name the file, never a token.
-func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, route, clusterName string) error {
+// addPathToken puts webhook's own token, derived from the first secret of kubescribe's
+// admission token file bound to route, into cc's path (a line without routes is bound to
+// clusterName, kubescribe's --cluster-name); nothing without a file. The other webhook refuses
+// that token, and the secret itself never goes into a URL. Errors name the file, never a token.
+func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, route, clusterName, webhook string) error {
 	if tokenFile == "" {
 		return nil
 	}
@@ -85,7 +86,7 @@ func addPathToken(cc *admissionregistrationv1.WebhookClientConfig, tokenFile, ro
 	if err := reviewhttp.ValidatePathTokens(tokenFile, tokens); err != nil {
 		return err
 	}
-	token := reviewhttp.TokenFor(tokens, route)
+	token := reviewhttp.PathTokenFor(tokens, route, webhook)
 	if token == "" {
 		return fmt.Errorf("admission token file %q: no token is bound to route %q", tokenFile, route)
 	}

@@ -10,6 +10,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 func TestAdmissionWebhookConfig(t *testing.T) {
@@ -42,15 +44,19 @@ func TestAdmissionWebhookConfig(t *testing.T) {
 	require.Equal(t, int32(9443), *svc.Port)
 	require.Equal(t, "/validate/commitrequests", *svc.Path)
 
-	// A managed cluster's apiserver authenticates with a token in the path.
+	// A managed cluster's apiserver authenticates with a token in the path: the CommitRequest
+	// webhook's own, never the secret of the file (which the attribution webhook accepts as a
+	// bearer token), nor the attribution webhook's token.
 	tokens := filepath.Join(dir, "admission-token")
 	require.NoError(t, os.WriteFile(tokens, []byte("tenant-tok tenant-a\nlocal-tok\n"), 0o600))
+	own := reviewhttp.WebhookToken([]byte("local-tok"), reviewhttp.WebhookCommitRequests)
+	require.NotEqual(t, own, reviewhttp.WebhookToken([]byte("local-tok"), reviewhttp.WebhookAttribution))
 	c = print("--service", "kubescribe/kubescribe", "--token-file", tokens)
 	for _, w := range c.Webhooks {
-		require.Equal(t, "/validate/commitrequests/local-tok", *w.ClientConfig.Service.Path)
+		require.Equal(t, "/validate/commitrequests/"+own, *w.ClientConfig.Service.Path)
 	}
 	c = print("--url", "https://10.0.0.5:9443", "--token-file", tokens)
-	require.Equal(t, "https://10.0.0.5:9443/validate/commitrequests/local-tok", *c.Webhooks[1].ClientConfig.URL)
+	require.Equal(t, "https://10.0.0.5:9443/validate/commitrequests/"+own, *c.Webhooks[1].ClientConfig.URL)
 
 	unsafe := filepath.Join(dir, "unsafe-token")
 	require.NoError(t, os.WriteFile(unsafe, []byte("secret/part\n"), 0o600))

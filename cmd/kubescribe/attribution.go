@@ -13,6 +13,7 @@ import (
 
 	"github.com/kubescribe/kubescribe/internal/admission"
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // listFlag collects a repeatable flag.
@@ -31,7 +32,7 @@ func attributionWebhookConfig(ctx context.Context, args []string, stdout io.Writ
 	var caf caFlags
 	caf.register(fs)
 	route := fs.String("route", "local", "the cluster's name in kubescribe (its --cluster-name)")
-	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the first token bound to --route goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster)")
+	tokenFile := fs.String("token-file", "", "kubescribe's --admission-token-file: the attribution webhook's own token, derived from the first secret bound to --route, goes into the webhook's URL path, for an apiserver that presents no client certificate (a managed cluster); the CommitRequest webhook refuses it")
 	clusterName := fs.String("cluster-name", "local", "kubescribe's --cluster-name: the route of the token-file lines without routes")
 	var resources, exclude, namespaces listFlag
 	fs.Var(&resources, "resource", "a watched resource, [group/]resource[:OP,OP] with OP one of CREATE, UPDATE, DELETE (all by default); repeat it")
@@ -57,7 +58,7 @@ func attributionWebhookConfig(ctx context.Context, args []string, stdout io.Writ
 	if err != nil {
 		return err
 	}
-	if err := addPathToken(&cc, *tokenFile, *route, *clusterName); err != nil {
+	if err := addPathToken(&cc, *tokenFile, *route, *clusterName, reviewhttp.WebhookAttribution); err != nil {
 		return err
 	}
 	var rs []admission.Resource

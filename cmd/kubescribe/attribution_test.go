@@ -11,6 +11,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 func TestAttributionWebhookConfig(t *testing.T) {
@@ -94,7 +96,8 @@ func TestAttributionWebhookConfigPathToken(t *testing.T) {
 		"--token-file", tokens, "--resource", "configmaps"}, &out, &errOut), errOut.String())
 	var c admissionregistrationv1.ValidatingWebhookConfiguration
 	require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), &c))
-	require.Equal(t, "/validate/attribution/prod/prod-tok", *c.Webhooks[0].ClientConfig.Service.Path)
+	require.Equal(t, "/validate/attribution/prod/"+reviewhttp.WebhookToken([]byte("prod-tok"), reviewhttp.WebhookAttribution), *c.Webhooks[0].ClientConfig.Service.Path)
+	require.NotContains(t, out.String(), "prod-tok", "the secret itself never goes into a URL")
 
 	out.Reset()
 	errOut.Reset()

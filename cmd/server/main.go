@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubescribe/kubescribe/internal/app"
 	"github.com/kubescribe/kubescribe/internal/audit"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -99,6 +100,8 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.StringVar(&opts.AdmissionTLSCertFile, "admission-tls-cert-file", "", "PEM serving certificate of the admission webhook, reloaded when it changes; empty uses --tls-cert-file")
 	fs.StringVar(&opts.AdmissionTLSKeyFile, "admission-tls-private-key-file", "", "PEM private key of the admission webhook; empty uses --tls-private-key-file")
 	fs.StringVar(&opts.AdmissionClientCAFile, "admission-client-ca-file", "", "PEM CA bundle verifying the client certificate the apiserver presents to the admission webhooks (its AdmissionConfiguration), reloaded when it changes; required with the admission listener unless --admission-token-file is set")
+	var admissionCertWebhooks stringList
+	fs.Var(&admissionCertWebhooks, "admission-client-cert-webhooks", "bind a verified admission client certificate to webhooks: <common name>=<webhook>[,<webhook>] with webhooks commitrequests and attribution; repeat it. A verified certificate not listed may call both")
 	fs.Var(&admissionCertRoutes, "admission-client-cert-routes", "bind a verified admission client certificate to routes: <common name>=<route>[,<route>...]; repeat it. A verified certificate not listed is bound to --cluster-name only")
 	fs.StringVar(&opts.AdmissionTokenFile, "admission-token-file", "", "file of tokens the admission webhooks accept in their URL path (/validate/.../<token>) or as a bearer token, one `<token> [<route>,...]` per line: for managed clusters whose apiserver presents no client certificate")
 	fs.BoolVar(&opts.AdmissionInsecureAllowUnauthenticated, "admission-insecure-allow-unauthenticated", false, "UNSAFE: serve the admission webhooks to callers without any credential, as if they were the local cluster's apiserver; anyone who reaches the port can then record CommitRequest verdicts and attribution candidates")
@@ -148,6 +151,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 		return opts, nil, err
 	}
 	if opts.AdmissionClientCertRoutes, err = audit.ParseCertRoutes("--admission-client-cert-routes", admissionCertRoutes); err != nil {
+		return opts, nil, err
+	}
+	if opts.AdmissionClientCertWebhooks, err = reviewhttp.ParseCertWebhooks("--admission-client-cert-webhooks", admissionCertWebhooks); err != nil {
 		return opts, nil, err
 	}
 

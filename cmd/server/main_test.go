@@ -83,6 +83,13 @@ func TestParseCredentialRouteFlags(t *testing.T) {
 
 	_, _, err = parseFlags([]string{"--redis-addr=r:6379", "--audit-client-cert-routes=no-route"})
 	require.ErrorContains(t, err, "--audit-client-cert-routes")
+
+	opts, _, err = parseFlags([]string{"--redis-addr=r:6379", "--admission-client-cert-webhooks=cn=a=attribution",
+		"--admission-client-cert-webhooks=kube-apiserver=commitrequests,attribution"})
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"cn=a": {"attribution"}, "kube-apiserver": {"commitrequests", "attribution"}}, opts.AdmissionClientCertWebhooks)
+	_, _, err = parseFlags([]string{"--redis-addr=r:6379", "--admission-client-cert-webhooks=cn=audit"})
+	require.ErrorContains(t, err, `webhook "audit"`)
 }
 
 // /metrics has a listener of its own, on by default and authenticated unless opted out.

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubescribe/kubescribe/internal/audit"
 	"github.com/kubescribe/kubescribe/internal/declared"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
 // reviewAs is review() with the user's groups and extra replaced.
@@ -123,6 +126,7 @@ func TestInFlightBodiesAreBounded(t *testing.T) {
 	const budget = 64 << 10
 	f := newFixture(t, func(o *HandlerOptions) {
 		o.MaxBodyBytes, o.InFlightBytes, o.BodyWait = budget, budget, 50*time.Millisecond
+		o.BodyGrace = time.Hour // the slow body below is not cut off (TestSlowBodyIsCutOff)
 	}, true)
 	body := review("CREATE", "", fmt.Sprintf(configMap, "", "v1"), "", false)
 
@@ -171,6 +175,7 @@ func TestRefusedReviewKeepsTheConnection(t *testing.T) {
 	const budget = 1 << 20
 	f := newFixture(t, func(o *HandlerOptions) {
 		o.MaxBodyBytes, o.InFlightBytes, o.BodyWait = budget, budget, 200*time.Millisecond
+		o.BodyGrace = time.Hour // the slow body below keeps the budget (TestSlowBodyIsCutOff)
 	}, true)
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -212,4 +217,131 @@ func TestHandlerBudgetMustHoldTheLargestReview(t *testing.T) {
 	h, err := NewHandler(HandlerOptions{Store: newFakeStore(), Render: declared.Manifest, MaxBodyBytes: 64 << 20})
 	require.NoError(t, err)
 	require.EqualValues(t, 64<<20, h.opts.InFlightBytes, "the default budget grows to the largest review")
+}
+
+// slowReview starts a review of unknown length (its share is the whole limit) that sends "{"
+// and then nothing, with the bearer token given ("" for none); the returned channel gets its
+// status (0 when the connection failed).
+func slowReview(t *testing.T, f *fixture, bearer string) chan int {
+	t.Helper()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.Close() })
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+PathPrefix+"local", pr)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+		if err != nil {
+			answered <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	_, err = pw.Write([]byte("{"))
+	require.NoError(t, err)
+	return answered
+}
+
+// Issue 36, finding 1: a caller that holds its share of the in-flight budget by trickling its
+// body is cut off once its body is late (the grace, plus its share at the minimum rate), with
+// 408; its share is given back, and its route is doubtful.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	losses := NewLosses(nil)
+	f := newFixture(t, func(o *HandlerOptions) {
+		o.MaxBodyBytes, o.InFlightBytes = 64<<10, 64<<10
+		o.BodyGrace, o.BodyMinRate = 100*time.Millisecond, 1<<20
+		o.Losses = losses
+	}, true)
+	answered := slowReview(t, f, "")
+	status := <-answered
+	require.True(t, status == http.StatusRequestTimeout || status == 0, "status %d", status)
+	require.Equal(t, 1.0, f.result(resultDroppedBody))
+	require.Zero(t, testutil.ToFloat64(f.metrics.inFlight), "the share is given back")
+	require.True(t, losses.Doubtful("local", time.Now()), "the route is doubtful")
+	require.False(t, losses.Doubtful("other", time.Now()))
+	f.allowed(t, review("CREATE", "", fmt.Sprintf(configMap, "", "v1"), "", false))
+}
+
+// Issue 36, finding 1: one credential holds at most its share of the budget (half of it by
+// default): another credential's reviews still find room, while the holder's next one is
+// refused (429) and makes the route doubtful.
+func TestOneCredentialCannotHoldTheWholeBudget(t *testing.T) {
+	losses := NewLosses(nil)
+	auth := &reviewhttp.Auth{Callers: audit.Authenticator{LocalRoute: "local", Tokens: []audit.Token{
+		{Value: []byte("secret-a"), Routes: []string{"local"}, Line: 1},
+		{Value: []byte("secret-b"), Routes: []string{"local"}, Line: 2},
+	}}}
+	f := newFixture(t, func(o *HandlerOptions) {
+		o.MaxBodyBytes, o.InFlightBytes, o.BodyWait = 64<<10, 128<<10, 50*time.Millisecond
+		o.BodyGrace = time.Hour
+		o.Auth, o.Losses = auth, losses
+	}, true)
+	require.EqualValues(t, 64<<10, f.h.opts.CallerInFlightBytes)
+	slowReview(t, f, "secret-a")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(f.metrics.inFlight) == 64<<10 }, 5*time.Second, 5*time.Millisecond)
+	require.False(t, losses.Doubtful("local", time.Now()))
+
+	body := review("CREATE", "", fmt.Sprintf(configMap, "", "v1"), "", false)
+	post := func(secret string) int {
+		req, err := http.NewRequest(http.MethodPost, f.srv.URL+PathPrefix+"local", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post("secret-b"), "another credential finds room")
+	require.Equal(t, http.StatusTooManyRequests, post("secret-a"), "the holder's credential has its share spent")
+	require.True(t, losses.Doubtful("local", time.Now()))
+
+	_, err := NewHandler(HandlerOptions{Store: newFakeStore(), Render: declared.Manifest, MaxBodyBytes: 1 << 20, InFlightBytes: 4 << 20, CallerInFlightBytes: 1 << 19})
+	require.ErrorContains(t, err, "must hold one review of the largest size")
+}
+
+// Every review kubescribe could not turn into a stored candidate makes its route doubtful: an
+// undecodable one, an invalid object, a full queue, a store failure. A dry run and a request no
+// candidate describes do not.
+func TestWhatMakesARouteDoubtful(t *testing.T) {
+	cm := review("CREATE", "", fmt.Sprintf(configMap, "", "v1"), "", false)
+	for name, tc := range map[string]struct {
+		review              string
+		queueBytes          int64
+		failStore, doubtful bool
+	}{
+		"recorded":      {review: cm},
+		"dry run":       {review: review("CREATE", "", fmt.Sprintf(configMap, "", "v1"), "", true)},
+		"connect":       {review: review("CONNECT", "", "", "", false)},
+		"invalid":       {review: review("CREATE", "", `{"metadata":"nope"}`, "", false), doubtful: true},
+		"undecodable":   {review: `{"apiVersion":"admission.k8s.io/v1"`, doubtful: true},
+		"queue full":    {review: cm, queueBytes: 1, doubtful: true},
+		"store failure": {review: cm, failStore: true, doubtful: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			losses := NewLosses(nil)
+			f := newFixture(t, func(o *HandlerOptions) { o.Losses, o.QueueBytes = losses, tc.queueBytes }, false)
+			if tc.failStore {
+				f.store.err = errors.New("redis down")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); f.h.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			_, _ = f.post(t, "local", tc.review)
+			if name == "recorded" || tc.failStore {
+				<-f.store.stored // the batch was tried
+			}
+			if tc.doubtful {
+				require.Eventually(t, func() bool { return losses.Doubtful("local", time.Now()) }, 5*time.Second, 5*time.Millisecond)
+				return
+			}
+			require.False(t, losses.Doubtful("local", time.Now()))
+		})
+	}
 }

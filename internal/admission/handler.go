@@ -38,6 +38,13 @@ const (
 	// DefaultBodyWait is how long a review waits for its share of the in-flight budget before
 	// it is refused with 429 and Retry-After (the apiserver's client retries it).
 	DefaultBodyWait = 250 * time.Millisecond
+	// DefaultBodyGrace and DefaultBodyMinRate bound how long a review may take to send its body
+	// once it holds its share of the budget: the grace plus its share at the rate (an 8 MiB
+	// review 3s, a small one 1s). The apiserver sends a body at once and gives the whole call
+	// 2s (kubescribe's configurations; 30s at most); a caller trickling its body to keep its
+	// share (issue 36, finding 1) is cut off then (408).
+	DefaultBodyGrace         = time.Second
+	DefaultBodyMinRate int64 = 4 << 20
 	// DefaultQueueSize is how many candidates may wait to be recorded; past it they are
 	// dropped (and counted), never waited for.
 	DefaultQueueSize = 4096
@@ -71,9 +78,21 @@ type HandlerOptions struct {
 	// MaxBodyBytes limits a review; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// InFlightBytes bounds the bodies being read and decoded at once (at least MaxBodyBytes);
-	// BodyWait is how long a review may wait for its share. 0 means the defaults.
-	InFlightBytes int64
-	BodyWait      time.Duration
+	// CallerInFlightBytes bounds those of one credential (at least MaxBodyBytes; 0 means half
+	// of InFlightBytes, at least MaxBodyBytes); BodyWait is how long a review may wait for its
+	// share. 0 means the defaults.
+	InFlightBytes       int64
+	CallerInFlightBytes int64
+	BodyWait            time.Duration
+	// BodyGrace and BodyMinRate (bytes per second) bound how long a review holding its share
+	// may take to send its body (DefaultBodyGrace). 0 means the defaults.
+	BodyGrace   time.Duration
+	BodyMinRate int64
+	// Losses, when set, is told of every review of a route that could not be turned into a
+	// stored candidate (busy, over a bound, body too slow or unreadable, invalid, dropped
+	// before or by Redis): the join then credits no change of that route seen in that window
+	// to one user's candidates alone.
+	Losses *Losses
 	// QueueSize and QueueBytes bound the candidates waiting to be recorded, by count and by
 	// size; BatchSize and StoreTimeout shape the writes to Redis. 0 means the defaults.
 	QueueSize, BatchSize int
@@ -96,7 +115,8 @@ const (
 	resultInvalid         = "invalid"          // the object could not be read (no uid, undecodable, no declared form)
 	resultDroppedOverload = "dropped_overload" // the queue was full (by count or by bytes)
 	resultDroppedStore    = "dropped_store"    // Redis did not take the batch
-	resultDroppedBusy     = "dropped_busy"     // refused 429 before its body was read: the in-flight budget was spent
+	resultDroppedBusy     = "dropped_busy"     // refused 429 before its body was read: the in-flight budget (or the credential's share of it) was spent
+	resultDroppedBody     = "dropped_body"     // its body was refused or not read in time: too slow (408), cut off, too large (413), not JSON (415)
 	resultUserTooLarge    = "user_too_large"   // userInfo past the caps: such a candidate could never credit anyone
 )
 
@@ -119,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"code"}),
 		reviews: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubescribe_admission_candidates_total",
-			Help: "Admission reviews of watched writes by outcome: recorded, dry_run, ignored, invalid, user_too_large (userInfo past the caps), dropped_busy (429: the in-flight body budget was spent), dropped_overload (queue full), dropped_store (Redis failed).",
+			Help: "Admission reviews of watched writes by outcome: recorded, dry_run, ignored, invalid, user_too_large (userInfo past the caps), dropped_busy (429: the in-flight body budget, or the credential's share of it, was spent), dropped_body (body too slow, cut off, too large or not JSON), dropped_overload (queue full), dropped_store (Redis failed). Every outcome but recorded, dry_run and ignored makes its route doubtful for a while.",
 		}, []string{"result"}),
 		queue: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kubescribe_admission_candidate_queue_depth",
@@ -134,7 +154,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes of attribution review bodies being read and decoded now (bounded by --admission-attribution-inflight-bytes).",
 		}),
 	}
-	for _, r := range []string{resultRecorded, resultDryRun, resultIgnored, resultInvalid, resultUserTooLarge, resultDroppedBusy, resultDroppedOverload, resultDroppedStore} {
+	for _, r := range []string{resultRecorded, resultDryRun, resultIgnored, resultInvalid, resultUserTooLarge, resultDroppedBusy, resultDroppedBody, resultDroppedOverload, resultDroppedStore} {
 		m.reviews.WithLabelValues(r)
 	}
 	return m
@@ -157,8 +177,8 @@ func NewHandler(opts HandlerOptions) (*Handler, error) {
 	if opts.Store == nil || opts.Render == nil {
 		return nil, errors.New("admission: HandlerOptions.Store and Render are required")
 	}
-	if opts.MaxBodyBytes < 0 || opts.InFlightBytes < 0 || opts.BodyWait < 0 || opts.QueueSize < 0 || opts.QueueBytes < 0 ||
-		opts.BatchSize < 0 || opts.StoreTimeout < 0 {
+	if opts.MaxBodyBytes < 0 || opts.InFlightBytes < 0 || opts.CallerInFlightBytes < 0 || opts.BodyWait < 0 || opts.BodyGrace < 0 ||
+		opts.BodyMinRate < 0 || opts.QueueSize < 0 || opts.QueueBytes < 0 || opts.BatchSize < 0 || opts.StoreTimeout < 0 {
 		return nil, errors.New("admission: HandlerOptions limits must not be negative")
 	}
 	if opts.MaxBodyBytes == 0 {
@@ -170,8 +190,21 @@ func NewHandler(opts HandlerOptions) (*Handler, error) {
 	if opts.InFlightBytes < opts.MaxBodyBytes {
 		return nil, fmt.Errorf("admission: the in-flight budget (%d bytes) must hold one review of the largest size (%d bytes)", opts.InFlightBytes, opts.MaxBodyBytes)
 	}
+	if opts.CallerInFlightBytes == 0 {
+		opts.CallerInFlightBytes = max(opts.InFlightBytes/2, opts.MaxBodyBytes)
+	}
+	if opts.CallerInFlightBytes < opts.MaxBodyBytes || opts.CallerInFlightBytes > opts.InFlightBytes {
+		return nil, fmt.Errorf("admission: the in-flight budget of one credential (%d bytes) must hold one review of the largest size (%d bytes) and fit the whole budget (%d bytes)",
+			opts.CallerInFlightBytes, opts.MaxBodyBytes, opts.InFlightBytes)
+	}
 	if opts.BodyWait == 0 {
 		opts.BodyWait = DefaultBodyWait
+	}
+	if opts.BodyGrace == 0 {
+		opts.BodyGrace = DefaultBodyGrace
+	}
+	if opts.BodyMinRate == 0 {
+		opts.BodyMinRate = DefaultBodyMinRate
 	}
 	if opts.QueueSize == 0 {
 		opts.QueueSize = DefaultQueueSize
@@ -195,7 +228,7 @@ func NewHandler(opts HandlerOptions) (*Handler, error) {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
 	h := &Handler{opts: opts, log: opts.Logger.With("component", "admission"), queue: make(chan Candidate, opts.QueueSize),
-		budget: newByteBudget(opts.InFlightBytes)}
+		budget: newByteBudget(opts.InFlightBytes, opts.CallerInFlightBytes)}
 	r := chi.NewRouter()
 	r.Use(h.instrument)
 	r.Post(PathPrefix+"{route}", h.serve)
@@ -225,12 +258,22 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	if !h.opts.Auth.Permit(w, r, h.log, "attribution", caller, route) {
 		return
 	}
-	h.review(w, r, route)
+	h.review(w, r, route, string(caller.Method)+":"+caller.Name)
+}
+
+// lost records that a review of route could not become a stored candidate (Losses).
+func (h *Handler) lost(route string) {
+	h.opts.Losses.Lost(route, time.Now())
+}
+
+// bodyTime is how long a review holding share bytes of the budget may take to send its body.
+func (h *Handler) bodyTime(share int64) time.Duration {
+	return h.opts.BodyGrace + time.Duration(float64(share)/float64(h.opts.BodyMinRate)*float64(time.Second))
 }
 
 // review reads, decodes and answers an authenticated request for route, within its share of
-// the in-flight budget.
-func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
+// the in-flight budget, and of credential's.
+func (h *Handler) review(w http.ResponseWriter, r *http.Request, route, credential string) {
 	// The share is the announced length; a body of unknown length may be as large as the
 	// limit; an announced length over the limit is refused by reviewhttp.Body unread.
 	share := h.opts.MaxBodyBytes
@@ -241,9 +284,10 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
 		share = r.ContentLength
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.BodyWait)
-	ok := h.budget.acquire(ctx, share)
+	ok := h.budget.acquire(ctx, credential, share)
 	cancel()
 	if !ok {
+		h.lost(route)
 		h.opts.Metrics.reviews.WithLabelValues(resultDroppedBusy).Inc()
 		h.log.Debug("attribution review refused: the in-flight body budget is spent", "route", route, "contentLength", r.ContentLength,
 			"budget", h.opts.InFlightBytes)
@@ -257,18 +301,27 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
 	release := func() {
 		if !released {
 			released = true
-			h.budget.release(share)
+			h.budget.release(credential, share)
 			h.opts.Metrics.inFlight.Sub(float64(share))
 		}
 	}
 	defer release()
 
+	// The share is held only as long as an apiserver takes to send such a body: a caller that
+	// trickles it to keep the budget spent is cut off (408), and its route made doubtful.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.bodyTime(share)))
 	body, ok := reviewhttp.Body(w, r, h.opts.MaxBodyBytes)
+	_ = rc.SetReadDeadline(time.Time{})
 	if !ok {
+		h.lost(route)
+		h.opts.Metrics.reviews.WithLabelValues(resultDroppedBody).Inc()
+		h.log.Debug("attribution review body refused or not read in time", "route", route, "contentLength", r.ContentLength, "credential", credential)
 		return
 	}
 	req, err := reviewhttp.DecodeRequest(body)
 	if err != nil {
+		h.lost(route)
 		h.log.Warn("undecodable admission review", "route", route, "err", err, "bytes", len(body))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -284,6 +337,9 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, route string) {
 func (h *Handler) take(route string, req *admissionv1.AdmissionRequest) {
 	c, result, err := completeCandidate(route, req, h.opts.Render, h.opts.SecretDigest)
 	if result != "" {
+		if result != resultDryRun && result != resultIgnored {
+			h.lost(route)
+		}
 		h.opts.Metrics.reviews.WithLabelValues(result).Inc()
 		if err != nil {
 			h.log.Warn("admission review describes no write kubescribe can confirm", "route", route, "operation", req.Operation,
@@ -295,6 +351,7 @@ func (h *Handler) take(route string, req *admissionv1.AdmissionRequest) {
 	size := candidateSize(&c)
 	if h.queued.Add(size) > h.opts.QueueBytes {
 		h.queued.Add(-size)
+		h.lost(route)
 		h.opts.Metrics.reviews.WithLabelValues(resultDroppedOverload).Inc()
 		return
 	}
@@ -304,6 +361,7 @@ func (h *Handler) take(route string, req *admissionv1.AdmissionRequest) {
 		h.opts.Metrics.queueBytes.Add(float64(size))
 	default:
 		h.queued.Add(-size)
+		h.lost(route)
 		h.opts.Metrics.reviews.WithLabelValues(resultDroppedOverload).Inc()
 	}
 }
@@ -364,6 +422,12 @@ func (h *Handler) store(ctx context.Context, batch []Candidate) {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
 	defer cancel()
 	if err := h.opts.Store.StoreCandidates(ctx, batch); err != nil {
+		now := time.Now()
+		for i := range batch {
+			if i == 0 || batch[i].Route != batch[i-1].Route {
+				h.opts.Losses.Lost(batch[i].Route, now)
+			}
+		}
 		h.log.Warn("recording admission candidates failed; their writes may stay unattributed", "candidates", len(batch), "err", err)
 		h.opts.Metrics.reviews.WithLabelValues(resultDroppedStore).Add(float64(len(batch)))
 		return

@@ -77,6 +77,11 @@ type App struct {
 	sources    *watch.Registry
 	router     *git.Router
 	controller *controller.Controller
+
+	// reviewLosses: which routes' admission reviews may have been lost (the join then credits
+	// no change to one user's candidates alone).
+	reviewLosses *admission.Losses
+
 	// membership shares the branches among the replicas (Coordination leases); nil with none.
 	membership *ownership.Membership
 	// stopping is when the shutdown began (zero before).
@@ -186,6 +191,7 @@ func New(opts Options) (_ *App, err error) {
 	a.store.SetObservability(a.log.With("component", "attribution"), attributionMetrics)
 	watchMetrics := watch.NewMetrics(opts.Registry)
 	a.deliveries = audit.NewDeliveries(a.store)
+	a.reviewLosses = admission.NewLosses(a.store)
 	a.joiner, err = attribution.NewJoiner(attribution.JoinerOptions{
 		Facts:       a.store,
 		Candidates:  a.store,
@@ -198,6 +204,8 @@ func New(opts Options) (_ *App, err error) {
 		Excluded: func(c watch.Change) {
 			watchMetrics.Excluded(c.Target, c.GVR, watch.ReasonUser)
 		},
+		// A lost admission review makes its route's changes doubtful (issue 36, finding 1).
+		ReviewLosses: a.reviewLosses,
 	})
 	if err != nil {
 		return nil, err
@@ -414,6 +422,7 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 		MaxBodyBytes:  a.opts.AttributionMaxBodyBytes,
 		InFlightBytes: a.opts.AttributionInFlightBytes,
 		QueueBytes:    a.opts.AttributionQueueBytes,
+		Losses:        a.reviewLosses,
 		Logger:        a.log,
 		Metrics:       admission.NewMetrics(a.opts.Registry),
 	})
@@ -430,11 +439,13 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	return err
 }
 
-// admissionAuth binds the admission listener's credentials to routes: verified client
-// certificates by common name, and the tokens of --admission-token-file.
+// admissionAuth binds the admission listener's credentials to routes and webhooks: verified
+// client certificates by common name, and the secrets of --admission-token-file (the webhook
+// tokens derived from them, reviewhttp.WebhookToken).
 func (a *App) admissionAuth() (*reviewhttp.Auth, error) {
 	auth := &reviewhttp.Auth{
 		Callers:              audit.Authenticator{LocalRoute: a.opts.ClusterName, CertRoutes: a.opts.AdmissionClientCertRoutes},
+		CertWebhooks:         a.opts.AdmissionClientCertWebhooks,
 		AllowUnauthenticated: a.opts.AdmissionInsecureAllowUnauthenticated,
 		Metrics:              reviewhttp.NewAuthMetrics(a.opts.Registry),
 	}
@@ -769,13 +780,14 @@ func (a *App) attributionWebhook() (*controller.AttributionWebhookOptions, error
 		return nil, fmt.Errorf("attribution webhook: %w", err)
 	}
 	if o.AdmissionTokenFile != "" {
-		// The apiserver authenticates with the first token bound to this cluster, in the
-		// webhook's URL path (a managed cluster presents no client certificate).
+		// The apiserver authenticates with the attribution webhook's token (derived from the
+		// first secret bound to this cluster), in the webhook's URL path (a managed cluster
+		// presents no client certificate): it opens that webhook only.
 		tokens, err := audit.LoadTokenFile("admission token file", o.AdmissionTokenFile, o.ClusterName)
 		if err != nil {
 			return nil, err
 		}
-		reviewhttp.AddPathToken(&cc, reviewhttp.TokenFor(tokens, o.ClusterName))
+		reviewhttp.AddPathToken(&cc, reviewhttp.PathTokenFor(tokens, o.ClusterName, reviewhttp.WebhookAttribution))
 	}
 	src, _ := attribution.ParseSource(o.AttributionSource) // validated
 	return &controller.AttributionWebhookOptions{ClientConfig: cc, CABundle: caBundle, ExcludeNamespaces: o.AttributionWebhookExcludeNamespaces,

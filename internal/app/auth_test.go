@@ -8,10 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 )
 
-// The managed attribution webhook configuration carries the first admission token bound to
-// the cluster, in its URL path: a managed cluster's apiserver presents no client certificate.
+// The managed attribution webhook configuration carries the attribution webhook's token
+// derived from the first admission secret bound to the cluster, in its URL path: a managed cluster's apiserver presents no client certificate.
 func TestAttributionWebhookCarriesThePathToken(t *testing.T) {
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.crt")
@@ -28,7 +30,8 @@ func TestAttributionWebhookCarriesThePathToken(t *testing.T) {
 	a.opts.AdmissionTokenFile = tokens
 	w, err = a.attributionWebhook()
 	require.NoError(t, err)
-	require.Equal(t, "https://10.0.0.5:9443/validate/attribution/local/local-tok", *w.ClientConfig.URL)
+	require.Equal(t, "https://10.0.0.5:9443/validate/attribution/local/"+reviewhttp.WebhookToken([]byte("local-tok"), reviewhttp.WebhookAttribution), *w.ClientConfig.URL,
+		"the attribution webhook's own token, never the secret, which the CommitRequest webhook accepts as a bearer token")
 }
 
 // The admission listener's tokens must fit a URL path; errors name the line, never the token.

@@ -155,6 +155,10 @@ type Options struct {
 	// AdmissionClientCertRoutes binds verified admission client certificates, by Subject
 	// common name, to routes; a verified certificate not listed is bound to ClusterName only.
 	AdmissionClientCertRoutes map[string][]string
+	// AdmissionClientCertWebhooks binds verified admission client certificates, by Subject
+	// common name, to the webhooks (commitrequests, attribution) they may call; a verified
+	// certificate not listed may call both.
+	AdmissionClientCertWebhooks map[string][]string
 	// AdmissionTokenFile holds the tokens the admission webhooks accept in their URL path or as
 	// a bearer token, one `<token> [<route>,...]` per line: for managed clusters, whose
 	// apiserver presents no client certificate. Tokens may hold only URL-safe characters.

@@ -79,6 +79,10 @@ type JoinerOptions struct {
 	// Deliveries tells whether a live change's audit batch may have failed (audit.Deliveries);
 	// nil: never.
 	Deliveries deliveryDoubt
+	// ReviewLosses tells whether an admission review of a change's cluster may have been lost
+	// around it (admission.Losses): a change then confirmed by one user's candidates only is
+	// unresolved, since the lost review may have been its real author's. nil: never.
+	ReviewLosses deliveryDoubt
 	// WaitClock records when a change first began to wait for a fact the apiserver may still
 	// be retrying (Store.WaitingSince), so that a restart does not start the wait over; nil:
 	// each process starts it when it sees the change.
@@ -113,6 +117,7 @@ type Joiner struct {
 	// settle: JoinerOptions.CandidateSettle.
 	settle     time.Duration
 	deliveries deliveryDoubt
+	losses     deliveryDoubt
 	clock      waitClock
 	stopping   chan struct{}
 	stopOnce   sync.Once
@@ -185,6 +190,7 @@ func NewJoiner(opts JoinerOptions) (*Joiner, error) {
 		resumeGrace: opts.ResumeGrace,
 		settle:      opts.CandidateSettle,
 		deliveries:  opts.Deliveries,
+		losses:      opts.ReviewLosses,
 		clock:       opts.WaitClock,
 		stopping:    make(chan struct{}),
 
@@ -660,6 +666,21 @@ func (j *Joiner) confirmed(c watch.Change, start, settled time.Time) (Author, bo
 	case confirmed:
 		if time.Now().Before(settled) {
 			return a, false
+		}
+		observed := c.Observed
+		if observed.IsZero() || observed.After(start) {
+			observed = start
+		}
+		if j.losses != nil && j.losses.Doubtful(c.Cluster, observed) {
+			// A review of this cluster was lost around the change: the real author's
+			// candidate may be the one lost, and this one forged by whoever holds the
+			// route's credential, who can cause the loss (issue 36, finding 1).
+			j.metrics.observe("unresolved", time.Since(start))
+			j.metrics.reviewLostInc()
+			j.log.Info("an admission review of the cluster was lost around the change; one user's candidates do not name its author",
+				"cluster", c.Cluster, "resource", c.GVR.Resource, "namespace", c.Namespace,
+				"name", c.Name, "uid", c.UID, "resourceVersion", c.ResourceVersion, "op", c.Op)
+			return Unresolved(), true
 		}
 		j.metrics.observe("resolved", time.Since(start))
 		j.metrics.resolvedBy(SourceAdmission)

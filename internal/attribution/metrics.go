@@ -16,6 +16,7 @@ type Metrics struct {
 	bySource     *prometheus.CounterVec
 	ambiguous    prometheus.Counter
 	overflows    prometheus.Counter
+	reviewLost   prometheus.Counter
 	factsRefused *prometheus.CounterVec
 	resumeGauge  prometheus.Gauge
 	resumeWaits  *prometheus.CounterVec
@@ -54,6 +55,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.overflows = f.NewCounter(prometheus.CounterOpts{
 		Name: "kubescribe_attribution_candidate_overflows_total",
 		Help: "Changes left unresolved because more admission candidates than the bound (64) were recorded for their object's base version (also counted in kubescribe_attribution_ambiguous_candidates_total).",
+	})
+	m.reviewLost = f.NewCounter(prometheus.CounterOpts{
+		Name: "kubescribe_attribution_candidate_doubtful_total",
+		Help: "Changes left unresolved although one user's admission candidates confirmed them, because a review of their cluster was lost (refused busy, over a bound, body too slow, dropped before or by Redis) shortly before: the real author's candidate may be the lost one.",
 	})
 	m.factsRefused = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubescribe_attribution_facts_refused_total",
@@ -96,6 +101,12 @@ func (m *Metrics) ambiguousInc(overflow bool) {
 	m.ambiguous.Inc()
 	if overflow {
 		m.overflows.Inc()
+	}
+}
+
+func (m *Metrics) reviewLostInc() {
+	if m != nil {
+		m.reviewLost.Inc()
 	}
 }
 

@@ -29,6 +29,9 @@ import (
 //	                                           audit.RouteHistoryWindow): audit.RouteHistory
 //	P:deliveryfailed:<route>                   when a batch of the route last failed to be stored
 //	                                           (Unix ms, best effort; expires after 10m)
+//	P:reviewlost:<route>                       when an admission review of the route was last
+//	                                           lost, by any replica (Unix ms, the newest kept;
+//	                                           best effort; expires after 10m): admission.LossHistory
 //
 // Several facts can claim one key. A no-op patch or apply answers with the unchanged
 // resourceVersion; the patch that removes the last finalizer of an object held in deletion
@@ -207,6 +210,27 @@ func (s *Store) RecordFailure(ctx context.Context, route string, t time.Time) er
 // (audit.RouteHistory).
 func (s *Store) LastFailure(ctx context.Context, route string) (time.Time, error) {
 	return s.lastTime(ctx, s.prefix.Key("deliveryfailed", route), "failed to deliver")
+}
+
+// recordNewest sets KEYS[1] to ARGV[1] (Unix ms) unless it holds a newer time, for ARGV[2] ms.
+var recordNewest = redis.NewScript(`
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if tonumber(ARGV[1]) > cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 0
+`)
+
+// RecordReviewLoss records that an admission review of route was lost at t, kept ttl unless a
+// newer loss is recorded already (admission.LossHistory).
+func (s *Store) RecordReviewLoss(ctx context.Context, route string, t time.Time, ttl time.Duration) error {
+	return recordNewest.Run(ctx, s.rdb, []string{s.prefix.Key("reviewlost", route)}, t.UnixMilli(), ttl.Milliseconds()).Err()
+}
+
+// LastReviewLoss returns when an admission review of route was last lost, by any process
+// sharing this Redis; zero when none was lately (admission.LossHistory).
+func (s *Store) LastReviewLoss(ctx context.Context, route string) (time.Time, error) {
+	return s.lastTime(ctx, s.prefix.Key("reviewlost", route), "lost an admission review")
 }
 
 // deliveryFailureTTL is longer than any change waits for its fact.

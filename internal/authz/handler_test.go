@@ -263,7 +263,16 @@ func testAuth() *reviewhttp.Auth {
 			{Value: []byte("tenant-token"), Routes: []string{"tenant-a"}, Line: 2},
 		},
 		CertRoutes: map[string][]string{"tenant-a-apiserver": {"tenant-a"}},
-	}}
+	}, CertWebhooks: map[string][]string{"attribution-only": {reviewhttp.WebhookAttribution}}}
+}
+
+// crToken and attributionToken are the two webhooks' tokens derived from a token file secret.
+func crToken(secret string) string {
+	return reviewhttp.WebhookToken([]byte(secret), reviewhttp.WebhookCommitRequests)
+}
+
+func attributionToken(secret string) string {
+	return reviewhttp.WebhookToken([]byte(secret), reviewhttp.WebhookAttribution)
 }
 
 func verifiedCert(cn string) *tls.ConnectionState {
@@ -292,10 +301,18 @@ func TestAuthentication(t *testing.T) {
 		{name: "wrong path token", auth: testAuth(), path: Path + "/guessed", code: 401},
 		{name: "wrong bearer token", auth: testAuth(), path: Path, header: "Bearer guessed", code: 401},
 		{name: "tenant certificate", auth: testAuth(), path: Path, tls: verifiedCert("tenant-a-apiserver"), code: 403},
-		{name: "tenant path token", auth: testAuth(), path: Path + "/tenant-token", code: 403},
+		{name: "tenant path token", auth: testAuth(), path: Path + "/" + crToken("tenant-token"), code: 403},
 		{name: "the local apiserver's certificate", auth: testAuth(), path: Path, tls: verifiedCert("kube-apiserver"), code: 200},
-		{name: "the local path token", auth: testAuth(), path: Path + "/local-token", code: 200},
-		{name: "the local bearer token", auth: testAuth(), path: Path, header: "Bearer local-token", code: 200},
+		{name: "the local path token", auth: testAuth(), path: Path + "/" + crToken("local-token"), code: 200},
+		{name: "the local bearer token", auth: testAuth(), path: Path, header: "Bearer " + crToken("local-token"), code: 200},
+		// A secret of the token file is a bearer token (the AdmissionConfiguration's
+		// kubeconfig), never a URL path segment: a URL leaks.
+		{name: "the local secret as a bearer token", auth: testAuth(), path: Path, header: "Bearer local-token", code: 200},
+		{name: "the local secret in the path", auth: testAuth(), path: Path + "/local-token", code: 401},
+		// The attribution webhook's token never opens this one, in the path or as a bearer.
+		{name: "the attribution token in the path", auth: testAuth(), path: Path + "/" + attributionToken("local-token"), code: 401},
+		{name: "the attribution token as a bearer token", auth: testAuth(), path: Path, header: "Bearer " + attributionToken("local-token"), code: 401},
+		{name: "a certificate bound to the attribution webhook", auth: testAuth(), path: Path, tls: verifiedCert("attribution-only"), code: 403},
 		{name: "anonymous, opted out", auth: &reviewhttp.Auth{AllowUnauthenticated: true, Callers: audit.Authenticator{LocalRoute: "local"}}, path: Path, code: 200},
 		{name: "wrong token, opted out", auth: &reviewhttp.Auth{AllowUnauthenticated: true, Callers: audit.Authenticator{LocalRoute: "local"}}, path: Path + "/guessed", code: 401},
 	} {
@@ -316,6 +333,9 @@ func TestAuthentication(t *testing.T) {
 			require.Equal(t, tc.code, w.Code, w.Body.String())
 			require.NotContains(t, logs.String(), "local-token")
 			require.NotContains(t, logs.String(), "tenant-token")
+			require.NotContains(t, logs.String(), crToken("local-token"))
+			require.NotContains(t, logs.String(), attributionToken("local-token"))
+			require.NotContains(t, w.Body.String(), "local-token")
 			if tc.code != http.StatusOK {
 				require.Zero(t, r.n, "the body of a refused request is not read")
 				require.Empty(t, rev.got, "no SubjectAccessReview for a refused request")

@@ -4,10 +4,12 @@
 package reviewhttp
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 
 	"github.com/go-chi/chi/v5/middleware"
@@ -15,8 +17,8 @@ import (
 )
 
 // Body returns r's body. It answers the request itself, and returns false, for a content type
-// other than JSON (415), a body over max bytes (413, whether announced or not) and a body that
-// cannot be read (400).
+// other than JSON (415), a body over max bytes (413, whether announced or not), a body not
+// received before a read deadline the caller set (408) and a body that cannot be read (400).
 func Body(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
 		http.Error(w, fmt.Sprintf("content type %q: want application/json", ct), http.StatusUnsupportedMediaType)
@@ -27,6 +29,18 @@ func Body(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) {
 		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil && r.ProtoMajor == 1 {
+		// The connection is closed after the answer: net/http would otherwise read what is
+		// left of the body first, for as long as its sender trickles it. (HTTP/2 resets the
+		// stream alone; the connection may carry other reviews.)
+		w.Header().Set("Connection", "close")
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A read deadline the handler set (http.ResponseController) passed: the body came too
+		// slowly.
+		http.Error(w, "the body was not received in time", http.StatusRequestTimeout)
+		return nil, false
+	}
 	if err != nil {
 		http.Error(w, "unable to read body", http.StatusBadRequest)
 		return nil, false

@@ -26,6 +26,7 @@ import (
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
 	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/reviewhttp"
 	"github.com/kubescribe/kubescribe/test/controlplane"
 )
 
@@ -330,7 +331,8 @@ func TestAuthnManagedClusterPathToken(t *testing.T) {
 
 	// The right token: every assertion is now reviewed twice (the certificate's registration
 	// and the token's), and none is refused as unauthenticated.
-	register("path-token", env.Admission.Token)
+	crToken := reviewhttp.WebhookToken([]byte(env.Admission.Token), reviewhttp.WebhookCommitRequests)
+	register("path-token", crToken)
 	served := `kubescribe_authz_requests_total{code="200"}`
 	before = metricValue(t, unauthenticated)
 	require.True(t, poll(60*time.Second, func() bool {
@@ -339,4 +341,41 @@ func TestAuthnManagedClusterPathToken(t *testing.T) {
 		return last == nil && metricValue(t, served)-n == 2
 	}), "the token's registration is served; last answer: %v", last)
 	require.Equal(t, before, metricValue(t, unauthenticated))
+
+	// Issue 36, finding 2: that token is in the error every CommitRequest creator gets while
+	// kubescribe is unreachable. It opens the CommitRequest webhook only: the attribution
+	// webhook refuses it, in the path and as a bearer token, and records nothing; the
+	// attribution token and the secret itself are refused in the CommitRequest webhook's path.
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "leaked-token-review", Operation: admissionv1.Create, Namespace: m.ns, Name: "cm",
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+			Kind:     metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			UserInfo: authenticationv1.UserInfo{Username: "carol"},
+			Object: runtimeRaw([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"` + m.ns + `",` +
+				`"uid":"11111111-2222-3333-4444-666666666666","resourceVersion":"1"},"data":{"k":"v"}}`)),
+		},
+	})
+	require.NoError(t, err)
+	recorded := `kubescribe_admission_candidates_total{result="recorded"}`
+	candidates := metricValue(t, recorded)
+	code, err := post(t, admissionClient(t, nil), env.AttributionURL()+"/"+crToken, "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code, "the CommitRequest token in the attribution webhook's path")
+	code, err = post(t, admissionClient(t, nil), env.AttributionURL(), crToken, review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, code, "the CommitRequest token as a bearer token")
+	attrToken := reviewhttp.WebhookToken([]byte(env.Admission.Token), reviewhttp.WebhookAttribution)
+	for _, tok := range []string{attrToken, env.Admission.Token} {
+		code, err = post(t, admissionClient(t, nil), env.AdmissionURL+"/"+tok, "", review)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, code, "another credential in the CommitRequest webhook's path")
+	}
+	// The positive signal: the attribution token opens the attribution webhook.
+	code, err = post(t, admissionClient(t, nil), env.AttributionURL()+"/"+attrToken, "", review)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	require.Eventually(t, func() bool { return metricValue(t, recorded) >= candidates+1 }, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, candidates+1, metricValue(t, recorded), "only the attribution token's review became a candidate")
 }

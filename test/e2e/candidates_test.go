@@ -223,7 +223,9 @@ func (m *managed) testCandidateFlood(t *testing.T) {
 			switch resp.StatusCode {
 			case http.StatusOK:
 				ok.Add(1)
-			case http.StatusTooManyRequests:
+			case http.StatusTooManyRequests, http.StatusRequestTimeout:
+				// Refused: busy, or its body, once it held its share, came too slowly (two
+				// cores serving 250 uploads at once): an answer too, not a reset.
 				busy.Add(1)
 			default:
 				other.Add(1)
@@ -257,8 +259,21 @@ func (m *managed) testCandidateFlood(t *testing.T) {
 	require.Less(t, bound, uint64(concurrent*len(body)), "the bound is below what the concurrent bodies alone would hold")
 	require.LessOrEqual(t, peak.Load()-min(peak.Load(), base), bound, "heap growth %d MiB, bound %d MiB", (peak.Load()-base)>>20, bound>>20)
 
-	// A genuine write afterwards is still credited to its author.
-	_, err := alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
+	// A genuine write afterwards is still credited to its author, once the refusals are
+	// admission.LossWindow behind: until then a change one user's candidates confirm is
+	// unresolved, since the refused reviews may have held its real author's (issue 36,
+	// finding 1). The newest refusal is in Redis.
+	rdb := redis.NewClient(&redis.Options{Addr: m.s.RedisAddr})
+	defer rdb.Close()
+	lost, err := rdb.Get(ctx, "kubescribe:reviewlost:local").Int64()
+	require.NoError(t, err, "the refusals made the cluster doubtful")
+	require.True(t, poll(2*admission.LossWindow, func() bool {
+		last, err := rdb.Get(ctx, "kubescribe:reviewlost:local").Int64()
+		require.NoError(t, err)
+		lost = max(lost, last)
+		return time.Since(time.UnixMilli(lost)) > admission.LossWindow
+	}), "refusals went on after the flood")
+	_, err = alice.CoreV1().ConfigMaps(mi.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"alice|create configmaps cand-flood/after"}, waitSubjects(t, mi, 1))
 }

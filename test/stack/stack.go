@@ -127,7 +127,8 @@ type Stack struct {
 	AttributionSource string
 	// AdmissionToken gives kubescribe, from its next start on (in-process only), the control
 	// plane's admission token file (Admission.TokenFile): its admission webhooks then also
-	// accept Admission.Token in their URL path, as for a managed cluster.
+	// accept the webhook tokens derived from Admission.Token (reviewhttp.WebhookToken) in their
+	// URL path, as for a managed cluster, and Admission.Token itself as a bearer token.
 	AdmissionToken bool
 	// ManageAttributionWebhook makes kubescribe, from its next start on, manage the
 	// attribution webhook configuration, reached at its admission address with the control
