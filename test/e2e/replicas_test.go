@@ -499,7 +499,7 @@ func TestReplicasRollingRestartKeepsEveryAuthor(t *testing.T) {
 	e := startReplicas(t, stack.Options{})
 	tips := watchTips(t, e)
 	load := startLoad(t, e, 60)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: writes under way before the restarts
 	ctx := context.Background()
 	began := time.Now()
 	for _, name := range replicaNames {
@@ -510,7 +510,7 @@ func TestReplicasRollingRestartKeepsEveryAuthor(t *testing.T) {
 		t.Logf("%s restarted in %s", name, time.Since(stopped).Round(100*time.Millisecond))
 	}
 	t.Logf("rolling restart of %d replicas took %s", len(replicaNames), time.Since(began).Round(100*time.Millisecond))
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the scenario: writes go on after the last restart
 	load.stop()
 
 	writes := load.written()
@@ -535,7 +535,7 @@ func TestReplicasThatBothBelieveTheyOwnABranch(t *testing.T) {
 	e := startReplicas(t, stack.Options{})
 	tips := watchTips(t, e)
 	load := startLoad(t, e, 20)
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // the scenario: writes under way before the pause
 
 	paused := branchOwner("b1", replicaNames)
 	r := e.s.Replica(paused)
@@ -555,7 +555,7 @@ func TestReplicasThatBothBelieveTheyOwnABranch(t *testing.T) {
 		m, err := r.ScrapeMetrics()
 		return err == nil && m["kubescribe_ownership_members"] == 3
 	}), "%s did not join again", paused)
-	time.Sleep(8 * time.Second)
+	time.Sleep(8 * time.Second) // the scenario: writes go on while both may write b1
 	load.stop()
 
 	writes := load.written()
@@ -625,7 +625,7 @@ func TestReplicasSentinelFailover(t *testing.T) {
 	e := startReplicas(t, stack.Options{RedisSentinel: true})
 	tips := watchTips(t, e)
 	load := startLoad(t, e, 20)
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the scenario: writes under way before the failover
 	ctx := context.Background()
 	old, err := e.s.Sentinel.Master(ctx)
 	require.NoError(t, err)
@@ -633,7 +633,7 @@ func TestReplicasSentinelFailover(t *testing.T) {
 	master, err := e.s.Sentinel.Failover(ctx)
 	require.NoError(t, err)
 	t.Logf("failover: the Sentinel announced %s instead of %s after %s", master, old, time.Since(began).Round(time.Millisecond))
-	time.Sleep(10 * time.Second)
+	time.Sleep(10 * time.Second) // the scenario: writes go on under the new master
 	load.stop()
 
 	writes := load.written()
