@@ -22,13 +22,7 @@ import (
 // versions again, nor the older version of an object, and asks for no replay of its folder,
 // since only kubescribe's own slot wrote there.
 func TestAWriterCommitsNothingAnotherWriterOfItsSlotCommitted(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
-	first := deliveryWorker(t, url, 1, d, nil)
-	first.Submit("team", by("carol", "c1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 100)))
-	first.start(t)
-	first.waitPushed(t)
-	require.NoError(t, first.stop(t))
+	gitDir, url, d := branchOfCarol(t)
 
 	app1 := by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101))
 	app2 := by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))
@@ -67,13 +61,7 @@ func TestAWriterCommitsNothingAnotherWriterOfItsSlotCommitted(t *testing.T) {
 // before its heir opens the branch: the heir reads down through that commit and the whole last
 // push (its record names its base), and commits none of its versions again.
 func TestAnHeirReadsTheWholeLastPushBelowSomeoneElsesCommit(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
-	base := deliveryWorker(t, url, 1, d, nil)
-	base.Submit("team", by("carol", "c1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 100)))
-	base.start(t)
-	base.waitPushed(t)
-	require.NoError(t, base.stop(t))
+	gitDir, url, d := branchOfCarol(t)
 
 	changes := []attribution.AttributedChange{
 		by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101)),
@@ -128,4 +116,18 @@ func TestASweepLeavesWhatAnotherWriterCommitted(t *testing.T) {
 	next.Submit("team", by("bob", "b1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 102)))
 	next.waitPushed(t)
 	require.Equal(t, []string{"team/demo/core/configmaps/app.yaml", "team/demo/core/configmaps/db.yaml"}, gitFiles(t, gitDir, "main"))
+}
+
+// branchOfCarol makes a remote whose branch holds carol's create of demo/db (version 100),
+// pushed by a writer of epoch 1 of the slot team-a/git, and returns it and the push records.
+func branchOfCarol(t *testing.T) (gitDir, url string, d *Deliveries) {
+	t.Helper()
+	gitDir, url = newBareRemote(t)
+	d = NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
+	first := deliveryWorker(t, url, 1, d, nil)
+	first.Submit("team", by("carol", "c1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 100)))
+	first.start(t)
+	first.waitPushed(t)
+	require.NoError(t, first.stop(t))
+	return gitDir, url, d
 }

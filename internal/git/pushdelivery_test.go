@@ -240,13 +240,7 @@ func TestACommitSaysWhatItCarries(t *testing.T) {
 // without the replayed versions that push delivered: alice's create is not written back over
 // bob's update.
 func TestARebuildLeavesOutWhatAnotherWritersLastPushDelivered(t *testing.T) {
-	gitDir, url := newBareRemote(t)
-	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
-	first := deliveryWorker(t, url, 1, d, nil)
-	first.Submit("team", by("carol", "c1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 100)))
-	first.start(t)
-	first.waitPushed(t)
-	require.NoError(t, first.stop(t))
+	gitDir, url, d := branchOfCarol(t)
 
 	app1 := by("alice", "a1", version(cmChange(watch.OpCreate, "demo", "app", "1"), 101))
 	app2 := by("bob", "b1", version(cmChange(watch.OpUpdate, "demo", "app", "2"), 102))
