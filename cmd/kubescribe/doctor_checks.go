@@ -790,7 +790,8 @@ var gitFix = map[string]string{
 	v1alpha1.ReasonKubeConfigInsecure:       "set certificate-authority-data and use https://",
 	v1alpha1.ReasonKubeConfigFileReference:  "put the kubeconfig's files inline (*-data, token)",
 	v1alpha1.ReasonKubeConfigProxy:          "remove proxy-url; set HTTPS_PROXY on kubescribe's Deployment instead",
-	v1alpha1.ReasonSourceClusterConflict:    "give each remote cluster a route of its own",
+	v1alpha1.ReasonSourceClusterConflict:    "give each remote cluster a route of its own; the oldest GitTarget naming a route owns it",
+	v1alpha1.ReasonAuditRouteNotBound:       "the platform binds the route to this namespace with kubescribe's --audit-route-namespaces <route>=<namespace>, or use a route bound to it",
 	v1alpha1.ReasonSourceClusterUnreachable: "see the SourceClusterReachable condition: network and certificate, a rotated token, or deploy/source-cluster-rbac.yaml on the remote",
 }
 

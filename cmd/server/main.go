@@ -129,6 +129,8 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.DurationVar(&opts.LeaseRenewInterval, "lease-renew-interval", opts.LeaseRenewInterval, "how often a replica renews its Leases (below --lease-renew-deadline)")
 	fs.BoolVar(&opts.AllowRemoteKubeconfigExec, "allow-remote-kubeconfig-exec", false, "accept GitTarget kubeconfigs (spec.sourceCluster) that run an exec or auth-provider plugin inside kubescribe")
 	fs.BoolVar(&opts.AllowRemoteKubeconfigInsecure, "allow-remote-kubeconfig-insecure", false, "accept GitTarget kubeconfigs with insecure-skip-tls-verify or a plain http:// server")
+	var routeNamespaces stringList
+	fs.Var(&routeNamespaces, "audit-route-namespaces", "bind a remote cluster's audit route to the namespaces whose GitTargets may mirror it (spec.sourceCluster.auditRoute): <route>=<namespace>[,<namespace>...]; repeat it. A route not bound is refused to every GitTarget")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	if err := fs.Parse(args); err != nil {
@@ -145,6 +147,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 		return opts, nil, err
 	}
 	if opts.AdmissionClientCertRoutes, err = audit.ParseCertRoutes("--admission-client-cert-routes", admissionCertRoutes); err != nil {
+		return opts, nil, err
+	}
+	if opts.AuditRouteNamespaces, err = app.ParseRouteNamespaces("--audit-route-namespaces", routeNamespaces); err != nil {
 		return opts, nil, err
 	}
 

@@ -256,6 +256,7 @@ func New(opts Options) (_ *App, err error) {
 		Metadata:                      meta,
 		AllowRemoteKubeconfigExec:     opts.AllowRemoteKubeconfigExec,
 		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
+		AuditRouteNamespaces:          opts.AuditRouteNamespaces,
 		Cursors:                       cursors,
 		InFlight:                      a.joiner.InFlight,
 		Drained:                       a.joiner.Drained(),

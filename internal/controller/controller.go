@@ -88,6 +88,10 @@ type Options struct {
 	// or auth-provider plugin; AllowRemoteKubeconfigInsecure accepts insecure-skip-tls-verify
 	// and http:// servers. Both are refused by default.
 	AllowRemoteKubeconfigExec, AllowRemoteKubeconfigInsecure bool
+	// AuditRouteNamespaces binds each remote audit route to the namespaces whose GitTargets
+	// may mirror it (spec.sourceCluster.auditRoute): the platform's decision, not the first
+	// claimant's. A route not listed is refused to every GitTarget (AuditRouteNotBound).
+	AuditRouteNamespaces map[string][]string
 	// NewSourceClients builds the clients of a remote source cluster; NewSourceClients by
 	// default. Test seam.
 	NewSourceClients func(*rest.Config) (SourceClients, error)

@@ -380,6 +380,8 @@ type fixtureConfig struct {
 	ownership Ownership
 	// attributionWebhook is Options.AttributionWebhook.
 	attributionWebhook *AttributionWebhookOptions
+	// routeNamespaces is Options.AuditRouteNamespaces; nil binds the route "edge" to testNS.
+	routeNamespaces map[string][]string
 }
 
 type fixture struct {
@@ -460,6 +462,10 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	require.NoError(t, err)
 	sources.Start(context.Background())
 	f.sources = sources
+	routeNamespaces := cfg.routeNamespaces
+	if routeNamespaces == nil {
+		routeNamespaces = map[string][]string{"edge": {testNS}}
+	}
 	c, err := New(Options{
 		Client:      dyn,
 		Kube:        kube,
@@ -474,6 +480,8 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		SourceProbeInterval: cmp.Or(cfg.sourceProbeInterval, time.Nanosecond),
 		Ownership:           cfg.ownership,
 		AttributionWebhook:  cfg.attributionWebhook,
+
+		AuditRouteNamespaces: routeNamespaces,
 	})
 	require.NoError(t, err)
 	f.c = c
@@ -523,13 +531,19 @@ func (f *fixture) syncRule(name string) error {
 // compared.
 func (f *fixture) waitCached(k kind, gvr schema.GroupVersionResource, name string) {
 	f.t.Helper()
+	f.waitCachedIn(k, gvr, nn(name))
+}
+
+// waitCachedIn is waitCached for an object of any namespace.
+func (f *fixture) waitCachedIn(k kind, gvr schema.GroupVersionResource, name types.NamespacedName) {
+	f.t.Helper()
 	require.Eventually(f.t, func() bool {
 		var want map[string]any
-		if u, err := f.dyn.Resource(gvr).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+		if u, err := f.dyn.Resource(gvr).Namespace(name.Namespace).Get(context.Background(), name.Name, metav1.GetOptions{}); err == nil {
 			want = u.Object
 		}
 		var got map[string]any
-		if obj, exists, _ := f.c.informers[k].GetIndexer().GetByKey(nn(name).String()); exists {
+		if obj, exists, _ := f.c.informers[k].GetIndexer().GetByKey(name.String()); exists {
 			got = obj.(*unstructured.Unstructured).Object
 		}
 		return equality.Semantic.DeepEqual(got, want)

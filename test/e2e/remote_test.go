@@ -31,6 +31,25 @@ import (
 // remoteRoute is the audit route the second apiserver posts its audit events to.
 const remoteRoute = "remote"
 
+// remoteRouteNamespaces binds the remote routes the tests' GitTargets name to the namespaces
+// of those tests (--audit-route-namespaces), as a platform does: a route not bound is refused.
+var remoteRouteNamespaces = map[string][]string{
+	remoteRoute:         {"e2e-remote", "e2e-retarget-cluster"},
+	"refused-exec":      {"e2e-remote-refused"},
+	"refused-insecure":  {"e2e-remote-refused"},
+	"refused-file":      {"e2e-remote-refused"},
+	"refused-closed":    {"e2e-remote-refused"},
+	"refused-bad-token": {"e2e-remote-refused"},
+	"refused-anonymous": {"e2e-remote-refused"},
+	"remote-rotate":     {"e2e-remote-rotate"},
+	"remote-sel":        {"e2e-remote-sel"},
+	"hostile":           {"e2e-pathescape"},
+	"hostile-failing":   {"e2e-hostile-words"},
+	"hostile-refusing":  {"e2e-hostile-words"},
+	"hostile-proxied":   {"e2e-hostile-words"},
+	"prod":              {"e2e-misconfig"},
+}
+
 // The second cluster, started by the first test that needs it and shared by the others;
 // stopRemote (from TestMain) stops it.
 var remote struct {

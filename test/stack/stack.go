@@ -66,6 +66,9 @@ type Options struct {
 	// RemoteRoutes are the routes of remote clusters the tests may start (StartRemote):
 	// kubescribe binds their apiservers' audit client certificates to them.
 	RemoteRoutes []string
+	// AuditRouteNamespaces is kubescribe's --audit-route-namespaces: the namespaces whose
+	// GitTargets may mirror each remote route. A route not listed is refused.
+	AuditRouteNamespaces map[string][]string
 	// AttributionSource is kubescribe's --attribution-source; "" keeps the default (audit).
 	AttributionSource string
 	// RedisTLS runs Redis on TLS only, requiring a client certificate, and kubescribe with
@@ -98,6 +101,8 @@ type Stack struct {
 	AdmissionURL string
 
 	grace time.Duration
+	// auditRouteNamespaces is Options.AuditRouteNamespaces.
+	auditRouteNamespaces map[string][]string
 	// kubescribeConfig is Options.KubescribeConfig.
 	kubescribeConfig func(*rest.Config) (*rest.Config, error)
 	app              *app.App
@@ -145,7 +150,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig, AttributionSource: opts.AttributionSource,
-		replicas: map[string]*Replica{}}
+		replicas: map[string]*Replica{}, auditRouteNamespaces: opts.AuditRouteNamespaces}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -238,6 +243,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
 	o.AuditClientCertRoutes = cp.Audit.CertRoutes
+	o.AuditRouteNamespaces = s.auditRouteNamespaces
 	// The apiserver presents its admission client certificate to this address only.
 	o.AdmissionClientCAFile = cp.Admission.ClientCAFile
 	if s.AdmissionToken {
@@ -342,6 +348,9 @@ func (s *Stack) processArgs(auditAddr, admissionAddr, opsAddr, metricsAddr strin
 	}
 	for cn, routes := range cp.Audit.CertRoutes {
 		args = append(args, "--audit-client-cert-routes="+cn+"="+strings.Join(routes, ","))
+	}
+	for route, namespaces := range s.auditRouteNamespaces {
+		args = append(args, "--audit-route-namespaces="+route+"="+strings.Join(namespaces, ","))
 	}
 	return args
 }
