@@ -145,6 +145,11 @@ const (
 	// is mirrored for it, and its Secret is not read.
 	ReasonAuditRouteNotBound string = "AuditRouteNotBound"
 
+	// ReasonSecretReferenceUnverified: a GitProvider or GitTarget names a Secret (or a
+	// GitTarget encrypts Secrets), and no admission record says that someone who may read the
+	// Secrets created or changed it with its current spec: kubescribe does not use them.
+	ReasonSecretReferenceUnverified string = "SecretReferenceUnverified"
+
 	// ReasonSourceClusterUnreachable: a GitTarget's remote cluster does not answer, or refuses
 	// the kubeconfig's identity; the condition SourceClusterReachable says how. Its watches keep
 	// retrying and mirroring resumes when the cluster answers again.

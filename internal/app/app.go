@@ -237,6 +237,14 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	verdicts := authz.NewStore(a.rdb, prefix, opts.VerdictTTL)
+	secretRefs := authz.NewSecretRefStore(a.rdb, prefix)
+	var checkedRefs controller.SecretRefVerdicts = secretRefs
+	if opts.InsecureSkipSecretReferenceCheck {
+		checkedRefs = nil
+		a.log.Warn("UNSAFE: Secret references are not checked (--insecure-skip-secret-reference-check): whoever may write a GitProvider or GitTarget has kubescribe use any Secret of its namespace")
+	} else if opts.AdmissionListenAddress == "" {
+		a.log.Warn("no admission listener: nothing vouches for the Secrets GitProviders and GitTargets name, so those naming one stay SecretReferenceUnverified")
+	}
 	webhook, err := a.attributionWebhook()
 	if err != nil {
 		return nil, err
@@ -257,6 +265,7 @@ func New(opts Options) (_ *App, err error) {
 		AllowRemoteKubeconfigExec:     opts.AllowRemoteKubeconfigExec,
 		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
 		AuditRouteNamespaces:          opts.AuditRouteNamespaces,
+		SecretRefs:                    checkedRefs,
 		Cursors:                       cursors,
 		InFlight:                      a.joiner.InFlight,
 		Drained:                       a.joiner.Drained(),
@@ -289,7 +298,7 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	if opts.AdmissionListenAddress != "" {
-		if err := a.admission(kube, verdicts); err != nil {
+		if err := a.admission(kube, verdicts, secretRefs); err != nil {
 			return nil, err
 		}
 	}
@@ -373,7 +382,7 @@ func (a *App) metrics(restConfig *rest.Config) error {
 }
 
 // admission builds the admission webhook's server and binds its listener.
-func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error {
+func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store, secretRefs *authz.SecretRefStore) error {
 	auth, err := a.admissionAuth()
 	if err != nil {
 		return err
@@ -394,6 +403,7 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	h, err := authz.NewHandler(authz.HandlerOptions{
 		Reviewer:     kube.AuthorizationV1().SubjectAccessReviews(),
 		Verdicts:     verdicts,
+		SecretRefs:   secretRefs,
 		MaxBodyBytes: a.opts.AdmissionMaxBodyBytes,
 		Auth:         auth,
 		Route:        a.opts.ClusterName,

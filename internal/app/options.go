@@ -229,6 +229,11 @@ type Options struct {
 	// GitTargets may mirror it (spec.sourceCluster.auditRoute). A route not listed is refused
 	// to every GitTarget. Parsed by ParseRouteNamespaces.
 	AuditRouteNamespaces map[string][]string
+	// InsecureSkipSecretReferenceCheck has the controller use the Secrets GitProviders and
+	// GitTargets name (and encrypt Secrets for GitTargets) without an admission record that
+	// someone who may read them vouched for the spec. Unsafe: for a single-tenant cluster
+	// without the admission webhook.
+	InsecureSkipSecretReferenceCheck bool
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -382,6 +382,8 @@ type fixtureConfig struct {
 	attributionWebhook *AttributionWebhookOptions
 	// routeNamespaces is Options.AuditRouteNamespaces; nil binds the route "edge" to testNS.
 	routeNamespaces map[string][]string
+	// secretRefs is Options.SecretRefs (nil: Secret references are not checked).
+	secretRefs SecretRefVerdicts
 }
 
 type fixture struct {
@@ -482,6 +484,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		AttributionWebhook:  cfg.attributionWebhook,
 
 		AuditRouteNamespaces: routeNamespaces,
+		SecretRefs:           cfg.secretRefs,
 	})
 	require.NoError(t, err)
 	f.c = c

@@ -172,6 +172,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.RegisterWebhook(ctx); err != nil {
 		return nil, fmt.Errorf("registering the admission webhook: %w", err)
 	}
+	if err := s.WaitSecretRefsWebhook(ctx); err != nil {
+		return nil, err
+	}
 	if !opts.NoAuditWebhook {
 		if err := s.waitAuditDelivery(ctx); err != nil {
 			return nil, err
