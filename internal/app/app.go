@@ -430,6 +430,8 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store, secret
 	mux := http.NewServeMux()
 	mux.Handle(authz.Path, h)
 	mux.Handle(authz.Path+"/", h) // with a path token
+	mux.Handle(authz.SecretRefsPath, h)
+	mux.Handle(authz.SecretRefsPath+"/", h)
 	mux.Handle(admission.PathPrefix, a.candidates)
 	a.admissionSrv = newServer(mux, a.log)
 	a.admissionSrv.TLSConfig = cfg
