@@ -432,3 +432,16 @@ func TestRemoteNamespaceSelectorFollowsTheRemote(t *testing.T) {
 	want := "edge/" + watched + "/core/configmaps/app.yaml"
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{want}) }), "files: %v", m.files(t))
 }
+
+// A namespace the platform did not bind to the route "remote" names it in a GitTarget, with a
+// kubeconfig of a cluster of its own: refused (AuditRouteNotBound), the Secret never read,
+// so the real cluster's audit facts can never join objects the squatter's server serves.
+func TestRemoteRouteSquatRefused(t *testing.T) {
+	const ns = "e2e-route-squat"
+	squatter := []byte("apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n" +
+		"clusters: [{name: c, cluster: {server: 'https://squatter.example:6443'}}]\nusers: [{name: u, user: {token: squatter-token}}]\n")
+	remoteMirror(t, ns, map[string][]byte{"squat": squatter}, map[string]string{"squat": remoteRoute})
+	cond := waitReady(t, v1alpha1.GitTargetsResource, ns, "squat", metav1.ConditionFalse, v1alpha1.ReasonAuditRouteNotBound)
+	require.Contains(t, cond.Message, `audit route "remote" is not bound to namespace "e2e-route-squat"`)
+	require.NotContains(t, cond.Message, "squatter-token")
+}
