@@ -134,10 +134,21 @@ const (
 	// Deployment (HTTPS_PROXY, NO_PROXY).
 	ReasonKubeConfigProxy string = "KubeConfigProxy"
 
-	// ReasonSourceClusterConflict: a GitTarget's spec.sourceCluster.auditRoute is already used
-	// by GitTargets with a different kubeconfig, or is the route of the cluster kubescribe runs
-	// in (--cluster-name). One audit route names one cluster.
+	// ReasonSourceClusterConflict: a GitTarget's spec.sourceCluster.auditRoute belongs to an
+	// older GitTarget (of a namespace bound to the route) reading a different kubeconfig, or is
+	// the route of the cluster kubescribe runs in (--cluster-name). One audit route names one
+	// cluster.
 	ReasonSourceClusterConflict string = "SourceClusterConflict"
+
+	// ReasonAuditRouteNotBound: a GitTarget's spec.sourceCluster.auditRoute is not bound to its
+	// namespace by the platform (kubescribe's --audit-route-namespaces): nothing of that cluster
+	// is mirrored for it, and its Secret is not read.
+	ReasonAuditRouteNotBound string = "AuditRouteNotBound"
+
+	// ReasonSecretReferenceUnverified: a GitProvider or GitTarget names a Secret (or a
+	// GitTarget encrypts Secrets), and no admission record says that someone who may read the
+	// Secrets created or changed it with its current spec: kubescribe does not use them.
+	ReasonSecretReferenceUnverified string = "SecretReferenceUnverified"
 
 	// ReasonSourceClusterUnreachable: a GitTarget's remote cluster does not answer, or refuses
 	// the kubeconfig's identity; the condition SourceClusterReachable says how. Its watches keep

@@ -34,8 +34,9 @@ func TestAdmissionWebhookConfig(t *testing.T) {
 	require.Equal(t, pem, w.ClientConfig.CABundle)
 	require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy)
 
-	require.Len(t, c.Webhooks, 2)
+	require.Len(t, c.Webhooks, 3)
 	require.Equal(t, admissionregistrationv1.Fail, *c.Webhooks[1].FailurePolicy, "asserted authors fail closed")
+	require.Equal(t, "https://10.0.0.5:9443/validate/secretrefs", *c.Webhooks[2].ClientConfig.URL, "GitProviders and GitTargets")
 	require.Equal(t, "has(object.spec) && has(object.spec.author)", c.Webhooks[1].MatchConditions[0].Expression)
 
 	c = print("--service", "kubescribe/kubescribe")
@@ -52,9 +53,10 @@ func TestAdmissionWebhookConfig(t *testing.T) {
 	own := reviewhttp.WebhookToken([]byte("local-tok"), reviewhttp.WebhookCommitRequests)
 	require.NotEqual(t, own, reviewhttp.WebhookToken([]byte("local-tok"), reviewhttp.WebhookAttribution))
 	c = print("--service", "kubescribe/kubescribe", "--token-file", tokens)
-	for _, w := range c.Webhooks {
+	for _, w := range c.Webhooks[:2] {
 		require.Equal(t, "/validate/commitrequests/"+own, *w.ClientConfig.Service.Path)
 	}
+	require.Equal(t, "/validate/secretrefs/"+own, *c.Webhooks[2].ClientConfig.Service.Path)
 	c = print("--url", "https://10.0.0.5:9443", "--token-file", tokens)
 	require.Equal(t, "https://10.0.0.5:9443/validate/commitrequests/"+own, *c.Webhooks[1].ClientConfig.URL)
 

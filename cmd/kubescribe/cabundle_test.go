@@ -132,7 +132,7 @@ func TestCAFromSecret(t *testing.T) {
 		} `json:"webhooks"`
 	}
 	require.NoError(t, yaml.Unmarshal(out.Bytes(), &vwc))
-	require.Len(t, vwc.Webhooks, 2)
+	require.Len(t, vwc.Webhooks, 3)
 	require.Equal(t, secret.Data["ca.crt"], vwc.Webhooks[0].ClientConfig.CABundle)
 
 	// cert-manager's kubernetes.io/tls Secret serves as well.

@@ -135,6 +135,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 	fs.DurationVar(&opts.LeaseRenewInterval, "lease-renew-interval", opts.LeaseRenewInterval, "how often a replica renews its Leases (below --lease-renew-deadline)")
 	fs.BoolVar(&opts.AllowRemoteKubeconfigExec, "allow-remote-kubeconfig-exec", false, "accept GitTarget kubeconfigs (spec.sourceCluster) that run an exec or auth-provider plugin inside kubescribe")
 	fs.BoolVar(&opts.AllowRemoteKubeconfigInsecure, "allow-remote-kubeconfig-insecure", false, "accept GitTarget kubeconfigs with insecure-skip-tls-verify or a plain http:// server")
+	fs.BoolVar(&opts.InsecureSkipSecretReferenceCheck, "insecure-skip-secret-reference-check", false, "UNSAFE: use the Secrets GitProviders and GitTargets name, and encrypt Secrets for GitTargets, without an admission record that someone who may read them created or changed the object; whoever may write those objects then has kubescribe use any Secret of their namespace")
+	var routeNamespaces stringList
+	fs.Var(&routeNamespaces, "audit-route-namespaces", "bind a remote cluster's audit route to the namespaces whose GitTargets may mirror it (spec.sourceCluster.auditRoute): <route>=<namespace>[,<namespace>...]; repeat it. A route not bound is refused to every GitTarget")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	if err := fs.Parse(args); err != nil {
@@ -154,6 +157,9 @@ func parseFlags(args []string) (app.Options, *slog.Logger, error) {
 		return opts, nil, err
 	}
 	if opts.AdmissionClientCertWebhooks, err = reviewhttp.ParseCertWebhooks("--admission-client-cert-webhooks", admissionCertWebhooks); err != nil {
+		return opts, nil, err
+	}
+	if opts.AuditRouteNamespaces, err = app.ParseRouteNamespaces("--audit-route-namespaces", routeNamespaces); err != nil {
 		return opts, nil, err
 	}
 

@@ -92,6 +92,23 @@ func TestParseCredentialRouteFlags(t *testing.T) {
 	require.ErrorContains(t, err, `webhook "audit"`)
 }
 
+// Remote audit routes are bound to namespaces by a repeatable flag; a route bound twice, or a
+// binding without namespaces, is refused.
+func TestParseAuditRouteNamespaces(t *testing.T) {
+	opts, _, err := parseFlags([]string{"--redis-addr=r:6379",
+		"--audit-route-namespaces=edge=team-a", "--audit-route-namespaces=prod=team-b,team-c,team-b"})
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"edge": {"team-a"}, "prod": {"team-b", "team-c"}}, opts.AuditRouteNamespaces)
+	for _, bad := range [][]string{{"--audit-route-namespaces=edge"}, {"--audit-route-namespaces=edge="},
+		{"--audit-route-namespaces=edge=a", "--audit-route-namespaces=edge=b"}} {
+		_, _, err = parseFlags(append([]string{"--redis-addr=r:6379"}, bad...))
+		require.ErrorContains(t, err, "--audit-route-namespaces", bad)
+	}
+	opts, _, err = parseFlags([]string{"--redis-addr=r:6379"})
+	require.NoError(t, err)
+	require.Empty(t, opts.AuditRouteNamespaces, "no remote route is bound by default")
+}
+
 // /metrics has a listener of its own, on by default and authenticated unless opted out.
 func TestParseMetricsFlags(t *testing.T) {
 	opts, _, err := parseFlags([]string{"--redis-addr=r:6379"})

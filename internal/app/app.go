@@ -249,6 +249,14 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	verdicts := authz.NewStore(a.rdb, prefix, opts.VerdictTTL)
+	secretRefs := authz.NewSecretRefStore(a.rdb, prefix)
+	var checkedRefs controller.SecretRefVerdicts = secretRefs
+	if opts.InsecureSkipSecretReferenceCheck {
+		checkedRefs = nil
+		a.log.Warn("UNSAFE: Secret references are not checked (--insecure-skip-secret-reference-check): whoever may write a GitProvider or GitTarget has kubescribe use any Secret of its namespace")
+	} else if opts.AdmissionListenAddress == "" {
+		a.log.Warn("no admission listener: nothing vouches for the Secrets GitProviders and GitTargets name, so those naming one stay SecretReferenceUnverified")
+	}
 	webhook, err := a.attributionWebhook()
 	if err != nil {
 		return nil, err
@@ -268,6 +276,8 @@ func New(opts Options) (_ *App, err error) {
 		Metadata:                      meta,
 		AllowRemoteKubeconfigExec:     opts.AllowRemoteKubeconfigExec,
 		AllowRemoteKubeconfigInsecure: opts.AllowRemoteKubeconfigInsecure,
+		AuditRouteNamespaces:          opts.AuditRouteNamespaces,
+		SecretRefs:                    checkedRefs,
 		Cursors:                       cursors,
 		InFlight:                      a.joiner.InFlight,
 		Drained:                       a.joiner.Drained(),
@@ -300,7 +310,7 @@ func New(opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	if opts.AdmissionListenAddress != "" {
-		if err := a.admission(kube, verdicts); err != nil {
+		if err := a.admission(kube, verdicts, secretRefs); err != nil {
 			return nil, err
 		}
 	}
@@ -384,7 +394,7 @@ func (a *App) metrics(restConfig *rest.Config) error {
 }
 
 // admission builds the admission webhook's server and binds its listener.
-func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error {
+func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store, secretRefs *authz.SecretRefStore) error {
 	auth, err := a.admissionAuth()
 	if err != nil {
 		return err
@@ -405,6 +415,7 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	h, err := authz.NewHandler(authz.HandlerOptions{
 		Reviewer:     kube.AuthorizationV1().SubjectAccessReviews(),
 		Verdicts:     verdicts,
+		SecretRefs:   secretRefs,
 		MaxBodyBytes: a.opts.AdmissionMaxBodyBytes,
 		Auth:         auth,
 		Route:        a.opts.ClusterName,
@@ -432,6 +443,8 @@ func (a *App) admission(kube kubernetes.Interface, verdicts *authz.Store) error 
 	mux := http.NewServeMux()
 	mux.Handle(authz.Path, h)
 	mux.Handle(authz.Path+"/", h) // with a path token
+	mux.Handle(authz.SecretRefsPath, h)
+	mux.Handle(authz.SecretRefsPath+"/", h)
 	mux.Handle(admission.PathPrefix, a.candidates)
 	a.admissionSrv = newServer(mux, a.log)
 	a.admissionSrv.TLSConfig = cfg

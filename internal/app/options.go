@@ -240,6 +240,15 @@ type Options struct {
 	// AllowRemoteKubeconfigInsecure accepts GitTarget kubeconfigs with insecure-skip-tls-verify
 	// or an http:// server; refused by default.
 	AllowRemoteKubeconfigInsecure bool
+	// AuditRouteNamespaces binds each remote cluster's audit route to the namespaces whose
+	// GitTargets may mirror it (spec.sourceCluster.auditRoute). A route not listed is refused
+	// to every GitTarget. Parsed by ParseRouteNamespaces.
+	AuditRouteNamespaces map[string][]string
+	// InsecureSkipSecretReferenceCheck has the controller use the Secrets GitProviders and
+	// GitTargets name (and encrypt Secrets for GitTargets) without an admission record that
+	// someone who may read them vouched for the spec. Unsafe: for a single-tenant cluster
+	// without the admission webhook.
+	InsecureSkipSecretReferenceCheck bool
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -432,6 +441,7 @@ func (o *Options) Validate() error {
 			bad("AttributionWebhookURL/AttributionWebhookService", "with AttributionSource audit serve only the writes of encrypted Secrets, which need SecretDigestKey: set it, or the source admission or both")
 		}
 	}
+	o.validateRouteNamespaces(bad)
 	if o.ControllerWorkers <= 0 {
 		bad("ControllerWorkers", "must be positive, got %d", o.ControllerWorkers)
 	}

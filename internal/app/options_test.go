@@ -53,6 +53,18 @@ func TestValidate(t *testing.T) {
 		{name: "admission unauthenticated, opted out", mutate: func(o *Options) {
 			o.AdmissionClientCAFile, o.AdmissionInsecureAllowUnauthenticated = "", true
 		}},
+		{name: "remote route bound to namespaces", mutate: func(o *Options) {
+			o.AuditRouteNamespaces = map[string][]string{"edge": {"team-a", "team-b"}}
+		}},
+		{name: "local route bound as a remote", mutate: func(o *Options) {
+			o.AuditRouteNamespaces = map[string][]string{"local": {"team-a"}}
+		}, wantErr: `AuditRouteNamespaces route "local" is ClusterName`},
+		{name: "remote route bound to an invalid namespace", mutate: func(o *Options) {
+			o.AuditRouteNamespaces = map[string][]string{"edge": {"Team_A"}}
+		}, wantErr: `"Team_A" is not a namespace name`},
+		{name: "invalid remote route", mutate: func(o *Options) {
+			o.AuditRouteNamespaces = map[string][]string{"Edge": {"team-a"}}
+		}, wantErr: `route "Edge" must be a DNS label`},
 		{name: "audit certificate bound to an invalid route", mutate: func(o *Options) {
 			o.AuditClientCertRoutes = map[string][]string{"tenant": {"Tenant_A"}}
 		}, wantErr: `AuditClientCertRoutes "tenant": want one or more routes`},

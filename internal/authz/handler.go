@@ -47,6 +47,9 @@ type HandlerOptions struct {
 	Reviewer AccessReviewer
 	// Verdicts records the verdicts. Required.
 	Verdicts VerdictRecorder
+	// SecretRefs records the verdicts of Secret references (SecretRefsPath); nil records none,
+	// so no GitProvider or GitTarget naming a Secret is ever vouched for.
+	SecretRefs SecretRefRecorder
 	// MaxBodyBytes limits a review; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Auth authenticates every request (401) before its body is read, and refuses (403) a
@@ -129,6 +132,8 @@ func NewHandler(opts HandlerOptions) (http.Handler, error) {
 	r.Post(Path, h.serve)
 	// A token in the last path segment authenticates the apiserver of a managed cluster.
 	r.Post(Path+"/{token}", h.serve)
+	r.Post(SecretRefsPath, h.serveSecretRefs)
+	r.Post(SecretRefsPath+"/{token}", h.serveSecretRefs)
 	return r, nil
 }
 

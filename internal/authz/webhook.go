@@ -1,6 +1,8 @@
 package authz
 
 import (
+	"strings"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +25,11 @@ const (
 	// fails closed.
 	AuthorWebhookName = "authors.commitrequests.kubescribe.dev"
 
+	// SecretRefsWebhookName sees creates and updates of GitProviders and GitTargets: it checks
+	// that the requester may read the Secrets they name, and fails open (the controller uses
+	// the Secrets only of a spec with a recorded verdict).
+	SecretRefsWebhookName = "secretrefs.kubescribe.dev"
+
 	assertsAuthor     = "has(object.spec) && has(object.spec.author)"
 	assertsNoAuthor   = "!has(object.spec) || !has(object.spec.author)"
 	matchAuthorName   = "asserts-author"
@@ -36,7 +43,9 @@ const (
 // no window), one with spec.author fails closed (failurePolicy Fail: an assertion kubescribe
 // cannot check is refused at once, instead of being admitted and then ignored by the
 // controller; see docs/security.md). Both match CREATE of commitrequests only and declare no
-// side effects on dry run (a dry run records nothing).
+// side effects on dry run (a dry run records nothing). A third entry sends creates and updates
+// of GitProviders and GitTargets to SecretRefsPath (cc's path with Path replaced by it, a token
+// suffix kept), failing open: see secretrefs.go.
 func WebhookConfiguration(cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	entry := func(name string, policy admissionregistrationv1.FailurePolicyType, condName, cond string) admissionregistrationv1.ValidatingWebhook {
 		sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
@@ -72,6 +81,25 @@ func WebhookConfiguration(cc admissionregistrationv1.WebhookClientConfig) *admis
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{
 			entry(SubmitterWebhookName, admissionregistrationv1.Ignore, matchNoAuthorName, assertsNoAuthor),
 			entry(AuthorWebhookName, admissionregistrationv1.Fail, matchAuthorName, assertsAuthor),
+			secretRefsEntry(entry(SecretRefsWebhookName, admissionregistrationv1.Ignore, "", "")),
 		},
 	}
+}
+
+// secretRefsEntry turns an entry of the CommitRequest webhook into the one of Secret
+// references: GitProviders and GitTargets, created or updated, at SecretRefsPath.
+func secretRefsEntry(w admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
+	w.MatchConditions = nil
+	w.Rules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	w.Rules[0].Resources = []string{"gitproviders", "gittargets"}
+	repath := func(p string) string { return strings.Replace(p, Path, SecretRefsPath, 1) }
+	if w.ClientConfig.URL != nil {
+		u := repath(*w.ClientConfig.URL)
+		w.ClientConfig.URL = &u
+	}
+	if s := w.ClientConfig.Service; s != nil && s.Path != nil {
+		p := repath(*s.Path)
+		s.Path = &p
+	}
+	return w
 }

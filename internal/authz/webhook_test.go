@@ -25,10 +25,18 @@ func TestDeployedWebhookMatchesTheGenerated(t *testing.T) {
 	}})
 	require.Equal(t, want, &deployed)
 
-	require.Len(t, want.Webhooks, 2)
+	require.Len(t, want.Webhooks, 3)
 	for i, w := range want.Webhooks {
 		require.Equal(t, admissionregistrationv1.SideEffectClassNoneOnDryRun, *w.SideEffects)
 		require.LessOrEqual(t, *w.TimeoutSeconds, int32(10))
+		if i == 2 {
+			require.Equal(t, SecretRefsWebhookName, w.Name)
+			require.Equal(t, SecretRefsPath, *w.ClientConfig.Service.Path)
+			require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, w.Rules[0].Operations)
+			require.Equal(t, []string{"gitproviders", "gittargets"}, w.Rules[0].Resources)
+			require.Equal(t, admissionregistrationv1.Ignore, *w.FailurePolicy, "the controller is the real gate")
+			continue
+		}
 		require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, w.Rules[0].Operations)
 		require.Len(t, w.MatchConditions, 1)
 		if i == 0 {
@@ -39,4 +47,13 @@ func TestDeployedWebhookMatchesTheGenerated(t *testing.T) {
 			require.Equal(t, admissionregistrationv1.Fail, *w.FailurePolicy, "an assertion kubescribe cannot check is refused")
 		}
 	}
+}
+
+// The token a managed cluster's webhook carries in its path stays at the end of the Secret
+// reference entry's path.
+func TestSecretRefsEntryKeepsThePathToken(t *testing.T) {
+	url := "https://kubescribe.example:9443" + Path + "/tok"
+	cfg := WebhookConfiguration(admissionregistrationv1.WebhookClientConfig{URL: &url})
+	require.Equal(t, "https://kubescribe.example:9443"+Path+"/tok", *cfg.Webhooks[0].ClientConfig.URL)
+	require.Equal(t, "https://kubescribe.example:9443"+SecretRefsPath+"/tok", *cfg.Webhooks[2].ClientConfig.URL)
 }

@@ -88,6 +88,16 @@ type Options struct {
 	// or auth-provider plugin; AllowRemoteKubeconfigInsecure accepts insecure-skip-tls-verify
 	// and http:// servers. Both are refused by default.
 	AllowRemoteKubeconfigExec, AllowRemoteKubeconfigInsecure bool
+	// AuditRouteNamespaces binds each remote audit route to the namespaces whose GitTargets
+	// may mirror it (spec.sourceCluster.auditRoute): the platform's decision, not the first
+	// claimant's. A route not listed is refused to every GitTarget (AuditRouteNotBound).
+	AuditRouteNamespaces map[string][]string
+	// SecretRefs, when set, holds what admission recorded of the Secret references of
+	// GitProviders and GitTargets (authz.SecretRefStore): the controller uses the Secrets an
+	// object names, and encrypts Secrets for a GitTarget, only for a spec someone who may read
+	// them vouched for (secretrefs.go). Nil checks nothing (tests, and
+	// --insecure-skip-secret-reference-check).
+	SecretRefs SecretRefVerdicts
 	// NewSourceClients builds the clients of a remote source cluster; NewSourceClients by
 	// default. Test seam.
 	NewSourceClients func(*rest.Config) (SourceClients, error)
@@ -178,6 +188,10 @@ type Controller struct {
 	// folder last acted on (git.TargetStatus.StartOvers, ForeignEdits; replayIfLost).
 	replayed map[types.NamespacedName]replayMark
 
+	// refsVerified holds, by GitProvider and GitTarget, the UID and spec digest whose Secret
+	// references admission vouched for (secretrefs.go).
+	refsVerified map[key]verifiedSpec
+
 	// events records Kubernetes Events about kubescribe objects (Retargeted).
 	broadcaster record.EventBroadcaster
 	events      record.EventRecorder
@@ -222,6 +236,7 @@ func New(opts Options) (*Controller, error) {
 		supersedeSeen: map[string]time.Time{},
 		releasedHere:  map[types.NamespacedName]struct{}{},
 		wanted:        map[string][]watch.StreamSpec{},
+		refsVerified:  map[key]verifiedSpec{},
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/git"
 )
 
@@ -41,6 +42,7 @@ func (c *Controller) syncProvider(ctx context.Context, name types.NamespacedName
 	defer c.enqueueReferencing(kindTarget, name.Namespace, "providerRef", name.Name)
 	if !exists {
 		c.forgetProvider(name)
+		c.forgetSecretRefs(ctx, kindProvider, name)
 		return nil
 	}
 	before := p.Status.DeepCopy()
@@ -92,6 +94,10 @@ func (c *Controller) evaluateProvider(ctx context.Context, p *v1alpha1.GitProvid
 	}
 	if f := p.GetFetchInterval(); f != 0 && (f < minFetchInterval || f > maxFetchInterval) {
 		return nil, nil, v1alpha1.ReasonInvalidSpec, fmt.Sprintf("spec.fetchInterval %s must be 0s, or at least %s and at most %s", f, minFetchInterval, maxFetchInterval), false
+	}
+	// Only then are the Secrets it names read: their content goes to the spec's URL.
+	if msg, retry := c.secretRefsVerified(ctx, kindProvider, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, p.UID, authz.ProviderSecretRefs(p), p.Spec); msg != "" {
+		return nil, nil, v1alpha1.ReasonSecretReferenceUnverified, msg, retry
 	}
 	creds, reason, msg, retry := c.providerCredentials(ctx, p)
 	if reason != "" {
@@ -176,7 +182,7 @@ func (c *Controller) holdUnsigned(ctx context.Context, p *v1alpha1.GitProvider, 
 	if !ok || (r.Signer != nil && !git.Refuses(r.Signer)) {
 		return false
 	}
-	if signer == nil && reason != v1alpha1.ReasonSigningKeyInvalid {
+	if signer == nil && reason != v1alpha1.ReasonSigningKeyInvalid && reason != v1alpha1.ReasonSecretReferenceUnverified {
 		signer, msg, _ = c.providerSigner(ctx, p) // the check failed before it read the key
 	}
 	held := false

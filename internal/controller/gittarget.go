@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/kubescribe/kubescribe/api/v1alpha1"
+	"github.com/kubescribe/kubescribe/internal/authz"
 	"github.com/kubescribe/kubescribe/internal/git"
 	"github.com/kubescribe/kubescribe/internal/repoid"
 	"github.com/kubescribe/kubescribe/internal/secretenc"
@@ -51,6 +52,7 @@ func (c *Controller) syncTarget(ctx context.Context, name types.NamespacedName) 
 		delete(c.replayed, name)
 		c.mu.Unlock()
 		c.releaseSource(name, "")
+		c.forgetSecretRefs(ctx, kindTarget, name)
 		if c.opts.Cursors != nil && c.leads() {
 			n, err := c.opts.Cursors.DropTarget(ctx, name)
 			if err != nil {
@@ -182,6 +184,11 @@ func (c *Controller) routeTarget(name types.NamespacedName, t *v1alpha1.GitTarge
 	unroute := func(reason, msg string) (bool, string, string) {
 		c.opts.Router.Unroute(name, false)
 		return false, reason, msg
+	}
+	if msg, _ := c.secretRefsVerified(context.Background(), kindTarget, name, t.UID, authz.TargetSecretRefs(t), t.Spec); msg != "" {
+		// Neither its kubeconfig is read nor its Secrets encrypted for its recipients.
+		c.releaseSource(name, "")
+		return unroute(v1alpha1.ReasonSecretReferenceUnverified, msg)
 	}
 	if ref := c.useSourceCluster(name, t); ref != nil {
 		return unroute(ref.reason, ref.msg)

@@ -382,6 +382,10 @@ type fixtureConfig struct {
 	attributionWebhook *AttributionWebhookOptions
 	// probe, when set, is Options.ProbeRemote instead of the fake (git.Probe, say).
 	probe func(context.Context, string, git.Credentials) error
+	// routeNamespaces is Options.AuditRouteNamespaces; nil binds the route "edge" to testNS.
+	routeNamespaces map[string][]string
+	// secretRefs is Options.SecretRefs (nil: Secret references are not checked).
+	secretRefs SecretRefVerdicts
 }
 
 type fixture struct {
@@ -466,6 +470,10 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	if cfg.probe != nil {
 		probe = cfg.probe
 	}
+	routeNamespaces := cfg.routeNamespaces
+	if routeNamespaces == nil {
+		routeNamespaces = map[string][]string{"edge": {testNS}}
+	}
 	c, err := New(Options{
 		Client:      dyn,
 		Kube:        kube,
@@ -480,6 +488,9 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		SourceProbeInterval: cmp.Or(cfg.sourceProbeInterval, time.Nanosecond),
 		Ownership:           cfg.ownership,
 		AttributionWebhook:  cfg.attributionWebhook,
+
+		AuditRouteNamespaces: routeNamespaces,
+		SecretRefs:           cfg.secretRefs,
 	})
 	require.NoError(t, err)
 	f.c = c
@@ -529,13 +540,19 @@ func (f *fixture) syncRule(name string) error {
 // compared.
 func (f *fixture) waitCached(k kind, gvr schema.GroupVersionResource, name string) {
 	f.t.Helper()
+	f.waitCachedIn(k, gvr, nn(name))
+}
+
+// waitCachedIn is waitCached for an object of any namespace.
+func (f *fixture) waitCachedIn(k kind, gvr schema.GroupVersionResource, name types.NamespacedName) {
+	f.t.Helper()
 	require.Eventually(f.t, func() bool {
 		var want map[string]any
-		if u, err := f.dyn.Resource(gvr).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+		if u, err := f.dyn.Resource(gvr).Namespace(name.Namespace).Get(context.Background(), name.Name, metav1.GetOptions{}); err == nil {
 			want = u.Object
 		}
 		var got map[string]any
-		if obj, exists, _ := f.c.informers[k].GetIndexer().GetByKey(nn(name).String()); exists {
+		if obj, exists, _ := f.c.informers[k].GetIndexer().GetByKey(name.String()); exists {
 			got = obj.(*unstructured.Unstructured).Object
 		}
 		return equality.Semantic.DeepEqual(got, want)

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -265,7 +266,14 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 		return &refusal{v1alpha1.ReasonSourceClusterConflict, fmt.Sprintf(
 			"spec.sourceCluster.auditRoute %q is the route of the cluster kubescribe runs in (--cluster-name): give the remote cluster a route of its own, or remove spec.sourceCluster to mirror this cluster", route)}
 	}
+	if !c.routeBound(route, t.Namespace) {
+		c.releaseSource(name, "")
+		return &refusal{v1alpha1.ReasonAuditRouteNotBound, fmt.Sprintf(
+			"audit route %q is not bound to namespace %q: the platform binds each remote cluster's route to the namespaces that may mirror it (kubescribe's --audit-route-namespaces %s=%s), so that no namespace can take another's cluster; nothing of it is mirrored for this GitTarget",
+			route, t.Namespace, route, t.Namespace)}
+	}
 	secret := types.NamespacedName{Namespace: t.Namespace, Name: sc.KubeConfigSecretRef.Name}
+	owner, ownerSecret := c.routeOwner(route, name, t)
 
 	// Unchanged Secret (by resourceVersion, from the metadata watch): nothing to read.
 	c.sources.mu.Lock()
@@ -324,9 +332,18 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 		c.releaseLocked(name, "")
 		return ref
 	}
-	if e != nil {
-		// A different kubeconfig for a route in use: the rotation of the Secret every user
-		// reads, or a second cluster claiming the route.
+	// A kubeconfig other than the one in use (or none registered yet). Only the route's owner,
+	// or a GitTarget reading the owner's Secret, builds the route's clients: which cluster a
+	// route names never depends on which GitTarget was reconciled first.
+	if owner != name && secret != ownerSecret {
+		c.releaseLocked(name, "")
+		return &refusal{v1alpha1.ReasonSourceClusterConflict, fmt.Sprintf(
+			"audit route %q belongs to GitTarget %s, the oldest GitTarget naming it in a namespace bound to it, which reads Secret %q; Secret %q holds a different kubeconfig: one audit route names one cluster, so give this cluster its own spec.sourceCluster.auditRoute (and point its apiserver's audit webhook at /audit/<route>), or use the same kubeconfig",
+			route, owner, ownerSecret.String(), secret.String())}
+	}
+	if e != nil && owner != name {
+		// Not the owner, but its Secret: the rotation of the Secret every user reads, unless
+		// another user reads another Secret or key.
 		for other, u := range e.users {
 			if other != name && (u.secret != secret || u.key != key) {
 				c.releaseLocked(name, "")
@@ -348,15 +365,25 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 		e = &sourceEntry{route: route, users: map[types.NamespacedName]secretUse{}}
 		c.sources.entries[route] = e
 		c.log.Info("registered a remote source cluster", "cluster", route, "gittarget", name.String(), "secret", secret.String())
+		// A GitTarget refused while the route had no clients (its Secret differs from the
+		// owner's) may share them now, if its content is the same.
+		defer c.enqueueTargetsOfRoute(route)
 	} else {
 		if _, err := c.opts.Sources.ReplaceCluster(route, clients.Dynamic, clients.Discovery); err != nil {
 			return &refusal{v1alpha1.ReasonWatchFailed, err.Error()}
 		}
 		c.log.Info("the kubeconfig of a remote source cluster changed; rebuilt its clients", "cluster", route, "secret", secret.String())
-		for other := range e.users {
-			if other != name {
-				c.enqueue(kindTarget, other)
+		for other, u := range e.users {
+			if other == name {
+				continue
 			}
+			if u.secret != secret || u.key != key {
+				// The owner's kubeconfig replaced one this user shared by content: it stops
+				// using the route until its own content matches again.
+				delete(e.users, other)
+				c.opts.Router.Unroute(other, false)
+			}
+			c.enqueue(kindTarget, other)
 		}
 	}
 	e.stop() // a Namespace watch of the old clients; the next evaluation starts one with the new
@@ -365,6 +392,39 @@ func (c *Controller) useSourceCluster(name types.NamespacedName, t *v1alpha1.Git
 	e.users[name] = use
 	c.countBuild(route)
 	return nil
+}
+
+// routeBound reports whether the platform bound the remote audit route to namespace ns
+// (Options.AuditRouteNamespaces).
+func (c *Controller) routeBound(route, ns string) bool {
+	return slices.Contains(c.opts.AuditRouteNamespaces[route], ns)
+}
+
+// routeOwner returns the GitTarget that owns route, and the Secret it reads its kubeconfig
+// from: the oldest (by creation, then namespace/name) GitTarget naming the route in a namespace
+// bound to it, as the informer cache holds them. It is decided by the specs alone, so every
+// replica and every restart agrees on it, whatever order the GitTargets are reconciled in.
+// self (named name) is counted even when the cache does not hold it yet.
+func (c *Controller) routeOwner(route string, name types.NamespacedName, self *v1alpha1.GitTarget) (types.NamespacedName, types.NamespacedName) {
+	owner := self
+	for _, obj := range c.informers[kindTarget].GetIndexer().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || (u.GetNamespace() == name.Namespace && u.GetName() == name.Name) {
+			continue
+		}
+		if r, _, _ := unstructured.NestedString(u.Object, "spec", "sourceCluster", "auditRoute"); r != route || !c.routeBound(route, u.GetNamespace()) {
+			continue
+		}
+		var other v1alpha1.GitTarget
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &other) != nil || other.Spec.SourceCluster == nil {
+			continue
+		}
+		if olderTarget(&other, owner) {
+			owner = &other
+		}
+	}
+	return types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name},
+		types.NamespacedName{Namespace: owner.Namespace, Name: owner.Spec.SourceCluster.KubeConfigSecretRef.Name}
 }
 
 func (e *sourceEntry) usedBy(name types.NamespacedName) (secretUse, bool) {

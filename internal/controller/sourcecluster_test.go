@@ -246,7 +246,16 @@ func TestRemoteSourceCluster(t *testing.T) {
 	require.NoError(t, f.syncTarget("b"))
 	require.Nil(t, f.sources.Cluster("edge"), "no target uses the cluster: its entry is removed")
 
-	// The route is free: the target refused before may claim it with its own kubeconfig.
+	// Unused is not free: the route still belongs to its oldest claimant, a, whose Secret is
+	// gone; c's other kubeconfig stays refused until a and b no longer name the route.
+	require.NoError(t, f.syncTarget("c"))
+	got = f.target("c")
+	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionFalse, v1alpha1.ReasonSourceClusterConflict, "team-a/a")
+	require.Nil(t, f.sources.Cluster("edge"))
+	for _, name := range []string{"a", "b"} {
+		require.NoError(t, f.dyn.Resource(v1alpha1.GitTargetsResource).Namespace(testNS).Delete(context.Background(), name, metav1.DeleteOptions{}))
+		require.NoError(t, f.syncTarget(name))
+	}
 	require.NoError(t, f.syncTarget("c"))
 	got = f.target("c")
 	requireReady(t, got.Status.Conditions, got.Status.ObservedGeneration, metav1.ConditionTrue, v1alpha1.ReasonReady)

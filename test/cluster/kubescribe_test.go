@@ -155,6 +155,7 @@ func mirror(ctx context.Context, t *testing.T, u *user) {
 	if err := stack.Apply(ctx, u.c.AdminConfig, u.run(t, "rbac")); err != nil {
 		t.Fatal(err)
 	}
+	vouchFor(ctx, t, u.c, v1alpha1.GitProvidersResource, "example")
 	waitReady(ctx, t, u.c, v1alpha1.GitTargetsResource, "example")
 	waitReady(ctx, t, u.c, v1alpha1.WatchRulesResource, "configmaps")
 	for _, name := range []string{"alice", "bob"} {
@@ -174,6 +175,31 @@ func mirror(ctx context.Context, t *testing.T, u *user) {
 	}
 	u.waitAuthors(ctx, t, 90*time.Second, map[string]string{"from-bob": "alice (deleted)"})
 	t.Logf("commits:\n%s", u.gitLog(t))
+}
+
+// vouchFor waits until kubescribe uses the Secrets the object of default names. Applied by
+// the admin through the webhook of Secret references, it is vouched for at once; written while
+// the apiserver could not call the webhook yet, it is vouched for by the admin touching it, as
+// docs/operations.md says for SecretReferenceUnverified.
+func vouchFor(ctx context.Context, t *testing.T, c *cluster.Cluster, resource schema.GroupVersionResource, name string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	poll(ctx, t, 2*time.Minute, name+" vouched for", func() error {
+		ready, reason := condition(ctx, c, resource, name)
+		if ready || (reason != "no Ready condition" && !strings.HasPrefix(reason, v1alpha1.ReasonSecretReferenceUnverified)) {
+			return nil
+		}
+		i++
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"kubescribe.dev/verify":"%d"}}}`, i)
+		if _, err := dyn.Resource(resource).Namespace("default").Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s is SecretReferenceUnverified", name)
+	})
 }
 
 // rolloutRestart is `kubectl rollout restart deployment/kubescribe` while alice and bob keep

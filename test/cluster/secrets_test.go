@@ -172,6 +172,7 @@ spec:
 	if err := stack.Apply(ctx, u.c.AdminConfig, u.run(t, "rbac")); err != nil {
 		t.Fatal(err)
 	}
+	vouchFor(ctx, t, u.c, v1alpha1.GitTargetsResource, "example") // spec.encryption needs list on Secrets
 	waitReady(ctx, t, u.c, v1alpha1.GitTargetsResource, "example")
 	waitReady(ctx, t, u.c, v1alpha1.WatchRulesResource, "secrets")
 	return u.age

@@ -261,7 +261,7 @@ func checkInstall(t *testing.T, objs []*unstructured.Unstructured, w want, kubes
 	case "self-managed":
 		require.NotNil(t, vwc)
 		hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
-		require.Len(t, hooks, 2)
+		require.Len(t, hooks, 3) // CommitRequests (2) and Secret references
 		for _, h := range hooks {
 			_, found, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
 			require.False(t, found, "kubescribe sets the caBundle; apply -k must not own it")

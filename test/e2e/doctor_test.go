@@ -78,6 +78,8 @@ func TestDoctor(t *testing.T) {
 	require.NoError(t, stack.Apply(ctx, env.AdminConfig, stream(t, ours)))
 	waitAllowed(t, admin, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "watch", Resource: "configmaps"})
 	require.NoError(t, env.StartKubescribeAs(ctx, serviceAccountConfig(t, admin)))
+	// Created while kubescribe (its webhook) was down: vouched for now.
+	vouchFor(t, v1alpha1.GitProvidersResource, ns, "repo")
 	waitReady(t, v1alpha1.WatchRulesResource, ns, "configmaps", metav1.ConditionTrue, v1alpha1.ReasonReady)
 	waitReady(t, v1alpha1.GitTargetsResource, ns, "target", metav1.ConditionTrue, v1alpha1.ReasonReady)
 

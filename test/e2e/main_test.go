@@ -39,7 +39,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
-	env, err = stack.Start(ctx, stack.Options{Dir: dir, Grace: testGrace, RemoteRoutes: []string{remoteRoute}, Logf: func(f string, a ...any) {
+	env, err = stack.Start(ctx, stack.Options{Dir: dir, Grace: testGrace, RemoteRoutes: []string{remoteRoute}, AuditRouteNamespaces: remoteRouteNamespaces, Logf: func(f string, a ...any) {
 		fmt.Printf(f+"\n", a...)
 	}})
 	if err != nil {

@@ -103,6 +103,8 @@ spec: {targetRef: {name: target}, rules: [{apiGroups: [""], resources: [configma
 
 	sa := serviceAccountConfig(t, admin)
 	require.NoError(t, env.StartKubescribeAs(ctx, sa))
+	// Created while kubescribe (its webhook) was down: vouched for now.
+	vouchFor(t, v1alpha1.GitProvidersResource, ns, "repo")
 	waitReady(t, v1alpha1.WatchRulesResource, ns, "configmaps", metav1.ConditionTrue, v1alpha1.ReasonReady)
 
 	// (1) A ConfigMap change is mirrored and authored by its writer.

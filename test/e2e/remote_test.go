@@ -31,6 +31,25 @@ import (
 // remoteRoute is the audit route the second apiserver posts its audit events to.
 const remoteRoute = "remote"
 
+// remoteRouteNamespaces binds the remote routes the tests' GitTargets name to the namespaces
+// of those tests (--audit-route-namespaces), as a platform does: a route not bound is refused.
+var remoteRouteNamespaces = map[string][]string{
+	remoteRoute:         {"e2e-remote", "e2e-retarget-cluster"},
+	"refused-exec":      {"e2e-remote-refused"},
+	"refused-insecure":  {"e2e-remote-refused"},
+	"refused-file":      {"e2e-remote-refused"},
+	"refused-closed":    {"e2e-remote-refused"},
+	"refused-bad-token": {"e2e-remote-refused"},
+	"refused-anonymous": {"e2e-remote-refused"},
+	"remote-rotate":     {"e2e-remote-rotate"},
+	"remote-sel":        {"e2e-remote-sel"},
+	"hostile":           {"e2e-pathescape"},
+	"hostile-failing":   {"e2e-hostile-words"},
+	"hostile-refusing":  {"e2e-hostile-words"},
+	"hostile-proxied":   {"e2e-hostile-words"},
+	"prod":              {"e2e-misconfig"},
+}
+
 // The second cluster, started by the first test that needs it and shared by the others;
 // stopRemote (from TestMain) stops it.
 var remote struct {
@@ -412,4 +431,17 @@ func TestRemoteNamespaceSelectorFollowsTheRemote(t *testing.T) {
 	createConfigMaps(t, alice.CoreV1().ConfigMaps(watched), "app")
 	want := "edge/" + watched + "/core/configmaps/app.yaml"
 	require.True(t, poll(60*time.Second, func() bool { return slices.Equal(m.files(t), []string{want}) }), "files: %v", m.files(t))
+}
+
+// A namespace the platform did not bind to the route "remote" names it in a GitTarget, with a
+// kubeconfig of a cluster of its own: refused (AuditRouteNotBound), the Secret never read,
+// so the real cluster's audit facts can never join objects the squatter's server serves.
+func TestRemoteRouteSquatRefused(t *testing.T) {
+	const ns = "e2e-route-squat"
+	squatter := []byte("apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n" +
+		"clusters: [{name: c, cluster: {server: 'https://squatter.example:6443'}}]\nusers: [{name: u, user: {token: squatter-token}}]\n")
+	remoteMirror(t, ns, map[string][]byte{"squat": squatter}, map[string]string{"squat": remoteRoute})
+	cond := waitReady(t, v1alpha1.GitTargetsResource, ns, "squat", metav1.ConditionFalse, v1alpha1.ReasonAuditRouteNotBound)
+	require.Contains(t, cond.Message, `audit route "remote" is not bound to namespace "e2e-route-squat"`)
+	require.NotContains(t, cond.Message, "squatter-token")
 }

@@ -66,6 +66,9 @@ type Options struct {
 	// RemoteRoutes are the routes of remote clusters the tests may start (StartRemote):
 	// kubescribe binds their apiservers' audit client certificates to them.
 	RemoteRoutes []string
+	// AuditRouteNamespaces is kubescribe's --audit-route-namespaces: the namespaces whose
+	// GitTargets may mirror each remote route. A route not listed is refused.
+	AuditRouteNamespaces map[string][]string
 	// AttributionSource is kubescribe's --attribution-source; "" keeps the default (audit).
 	AttributionSource string
 	// RedisTLS runs Redis on TLS only, requiring a client certificate, and kubescribe with
@@ -103,6 +106,8 @@ type Stack struct {
 	grace time.Duration
 	// replicaArgs is Options.ReplicaArgs.
 	replicaArgs []string
+	// auditRouteNamespaces is Options.AuditRouteNamespaces.
+	auditRouteNamespaces map[string][]string
 	// kubescribeConfig is Options.KubescribeConfig.
 	kubescribeConfig func(*rest.Config) (*rest.Config, error)
 	app              *app.App
@@ -151,7 +156,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s := &Stack{ControlPlane: cp, kubescribeConfig: opts.KubescribeConfig, AttributionSource: opts.AttributionSource,
-		replicas: map[string]*Replica{}, replicaArgs: opts.ReplicaArgs}
+		replicas: map[string]*Replica{}, replicaArgs: opts.ReplicaArgs, auditRouteNamespaces: opts.AuditRouteNamespaces}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -172,6 +177,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	if err := s.RegisterWebhook(ctx); err != nil {
 		return nil, fmt.Errorf("registering the admission webhook: %w", err)
+	}
+	if err := s.WaitSecretRefsWebhook(ctx); err != nil {
+		return nil, err
 	}
 	if !opts.NoAuditWebhook {
 		if err := s.waitAuditDelivery(ctx); err != nil {
@@ -245,6 +253,7 @@ func (s *Stack) StartKubescribeAs(ctx context.Context, cfg *rest.Config) error {
 	o.AuditClientCAFile = cp.Audit.ClientCAFile
 	o.AuditTokenFile = cp.Audit.TokenFile
 	o.AuditClientCertRoutes = cp.Audit.CertRoutes
+	o.AuditRouteNamespaces = s.auditRouteNamespaces
 	// The apiserver presents its admission client certificate to this address only.
 	o.AdmissionClientCAFile = cp.Admission.ClientCAFile
 	if s.AdmissionToken {
@@ -350,6 +359,9 @@ func (s *Stack) processArgs(auditAddr, admissionAddr, opsAddr, metricsAddr strin
 	}
 	for cn, routes := range cp.Audit.CertRoutes {
 		args = append(args, "--audit-client-cert-routes="+cn+"="+strings.Join(routes, ","))
+	}
+	for route, namespaces := range s.auditRouteNamespaces {
+		args = append(args, "--audit-route-namespaces="+route+"="+strings.Join(namespaces, ","))
 	}
 	return args
 }
