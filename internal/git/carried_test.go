@@ -97,9 +97,9 @@ func TestAnHeirReadsTheWholeLastPushBelowSomeoneElsesCommit(t *testing.T) {
 }
 
 // A sweep whose stream has not seen an object that another writer of the slot committed (two
-// writers at once, the sweeping one's informer behind the other's) does not take its file away:
-// its own stream reports the delete when there is one. Other files of objects that do not exist
-// are swept as ever.
+// writers at once, the sweeping one's informer behind the other's: the version is newer than
+// what the sweep saw) does not take its file away: its own stream reports the delete when
+// there is one. Other files of objects that do not exist are swept as ever.
 func TestASweepLeavesWhatAnotherWriterCommitted(t *testing.T) {
 	gitDir, url := newBareRemote(t)
 	d := NewDeliveries(redistest.Start(t), keyspace.MustParse("test:"))
@@ -112,7 +112,9 @@ func TestASweepLeavesWhatAnotherWriterCommitted(t *testing.T) {
 
 	next := deliveryWorker(t, url, 2, d, nil)
 	next.start(t)
-	next.Submit("team", sweepOf("demo"))
+	sweep := sweepOf("demo")
+	sweep.ResourceVersion = "100" // its informer had seen up to 100: alice's create (101) is newer
+	next.Submit("team", sweep)
 	next.Submit("team", by("bob", "b1", version(cmChange(watch.OpCreate, "demo", "db", "1"), 102)))
 	next.waitPushed(t)
 	require.Equal(t, []string{"team/demo/core/configmaps/app.yaml", "team/demo/core/configmaps/db.yaml"}, gitFiles(t, gitDir, "main"))

@@ -940,7 +940,7 @@ func (tb treeBuilder) expandSweeps(root plumbing.Hash, targetPath string, change
 				del := c
 				del.Op, del.Namespace, del.Name, del.Keep = watch.OpDelete, ns, name, nil
 				del.UID, del.ResourceVersion, del.Snapshot, del.Author = "", "", true, attribution.Author{}
-				if tb.held.alive(targetPath, del) {
+				if tb.held.alive(targetPath, del, c.ResourceVersion) {
 					continue // another writer of the slot committed it; this stream may not have seen it yet
 				}
 				out = append(out, del)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubescribe/kubescribe/internal/attribution"
 	"github.com/kubescribe/kubescribe/internal/keyspace"
+	"github.com/kubescribe/kubescribe/internal/watch"
 )
 
 // A push and the advance of the resume cursors it covers are two writes to two systems: the
@@ -109,15 +110,31 @@ func (b onBranch) holds(targetPath string, c attribution.AttributedChange) bool 
 		return false
 	}
 	on, ok := b[[2]string{folderKey(targetPath), pushedObject(c)}]
-	return ok && (rv < on.rv || rv == on.rv && !c.Unchanged)
+	switch {
+	case !ok:
+		return false
+	case c.Op == watch.OpDelete:
+		// A delete found from a resume cursor names the last version the cursor held, which
+		// the branch holds alive: that delete is news. One older than a version the branch
+		// holds is not (the name was taken again), nor one the branch holds already.
+		return rv < on.rv || rv == on.rv && on.deleted
+	default:
+		return rv < on.rv || rv == on.rv && !on.deleted && !c.Unchanged
+	}
 }
 
 // alive reports whether another writer's commits hold a version of c's object in the folder of
-// targetPath that is not its delete: a sweep, whose stream's view may lag behind that writer's,
-// does not take such an object's file away (its own stream reports the delete, if there is one).
-func (b onBranch) alive(targetPath string, c attribution.AttributedChange) bool {
+// targetPath that is not its delete and is newer than what the sweep saw (sweepRV, the sweep's
+// ResourceVersion): a sweep whose stream's view lags behind that writer's does not take such an
+// object's file away (its own stream reports the delete, if there is one). A sweep that does
+// not say what it saw keeps nothing.
+func (b onBranch) alive(targetPath string, c attribution.AttributedChange, sweepRV string) bool {
+	seen, err := strconv.ParseUint(sweepRV, 10, 64)
+	if err != nil {
+		return false
+	}
 	on, ok := b[[2]string{folderKey(targetPath), pushedObject(c)}]
-	return ok && !on.deleted
+	return ok && !on.deleted && on.rv > seen
 }
 
 // Deliveries keeps each writer slot's last push record in Redis.

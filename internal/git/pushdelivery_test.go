@@ -205,6 +205,23 @@ func TestWhatTheBranchHoldsStopsOlderVersions(t *testing.T) {
 	elsewhere := app(1)
 	elsewhere.Cluster = "other-cluster"
 	require.False(t, held.holds("team", elsewhere))
+
+	// A delete found from a resume cursor names the version the branch holds alive: it is news.
+	del := by("alice", "a", version(cmChange(watch.OpDelete, "demo", "app", ""), 9))
+	require.False(t, held.holds("team", del))
+	del.ResourceVersion = "8"
+	require.True(t, held.holds("team", del), "older than what the branch holds: the name was taken again")
+	gone := onBranch{{"team", pushedObject(app(0))}: {rv: 9, deleted: true}}
+	del.ResourceVersion = "9"
+	require.True(t, gone.holds("team", del))
+	require.True(t, gone.holds("team", app(8)), "older than the delete the branch holds")
+	require.False(t, gone.holds("team", app(10)), "created again")
+
+	// A sweep keeps an object only when the branch holds a version newer than it saw.
+	require.True(t, held.alive("team", app(0), "8"))
+	require.False(t, held.alive("team", app(0), "9"))
+	require.False(t, held.alive("team", app(0), ""), "a sweep that does not say what it saw keeps nothing")
+	require.False(t, gone.alive("team", app(0), "1"))
 }
 
 // A commit says what it carries: its change lines, with the folder and cluster of its trailers;

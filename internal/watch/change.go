@@ -85,7 +85,9 @@ type Change struct {
 	// informer watches, "" for all namespaces. With Cluster, Target and GVR it names the
 	// stream's resume cursor.
 	Scope string
-	// Keep, for OpSweep only, lists the objects that exist, as "<namespace>/<name>".
+	// Keep, for OpSweep only, lists the objects that exist, as "<namespace>/<name>": every
+	// object of the stream's scope at the sweep's ResourceVersion (the newest the informer had
+	// seen; "" when unknown). An object newer than that may exist without being listed.
 	Keep map[string]bool
 	// ExcludeUsers are the users whose changes the stream does not mirror: the join drops a
 	// change attributed to one of them.

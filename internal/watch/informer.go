@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -550,10 +551,14 @@ func (s *sharedInformer) finishInitialLocked(sub *subscription) {
 			Op: OpDelete, Observed: time.Now(), Snapshot: true, Resumed: true, ExcludeUsers: sub.excludeUsers,
 		})
 	}
-	s.emit(Change{
+	sweep := Change{
 		Cluster: s.cluster, Target: sub.target, Destination: sub.destination, GVR: s.key.gvr, Scope: s.key.namespace,
 		Namespace: s.key.namespace, Op: OpSweep, Observed: time.Now(), Keep: keep, Snapshot: true,
-	})
+	}
+	if s.handled > 0 {
+		sweep.ResourceVersion = strconv.FormatUint(s.handled, 10) // what the sweep has seen (Change.Keep)
+	}
+	s.emit(sweep)
 	sub.synced, sub.listed, sub.cursor = true, nil, Cursor{}
 	sub.advanceTrail(time.Now().UnixMilli(), s.handled) // handed every event up to here
 	if s.synced != nil {
