@@ -48,10 +48,10 @@ type carried struct {
 // no slot (someone else's), or one that does not name its folder (made before commits carried
 // it). A commit names one source cluster (a GitTarget has one), none for the unnamed one.
 func carriedBy(c *object.Commit, slot string) (carried, bool) {
-	if slot == "" || commitEpoch(c.Message, slot) == 0 {
+	body, trailers := splitTrailers(c.Message)
+	if slot == "" || epochIn(trailers, slot) == 0 {
 		return carried{}, false
 	}
-	body, trailers := splitTrailers(c.Message)
 	folder, cluster := "", ""
 	folders, clusters := 0, 0
 	for _, t := range trailers {

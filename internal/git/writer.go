@@ -130,9 +130,14 @@ func writerTrailer(slot string, epoch int64) string {
 // commitEpoch reads the writer epoch of slot from a commit's message: 0 without its trailer
 // (someone else's commit, another slot's, or one made without epochs).
 func commitEpoch(message, slot string) int64 {
-	lines := strings.Split(strings.TrimRight(message, "\n"), "\n")
-	for i := len(lines) - 1; i >= 0 && lines[i] != ""; i-- {
-		v, ok := strings.CutPrefix(lines[i], WriterTrailer+": ")
+	_, trailers := splitTrailers(message)
+	return epochIn(trailers, slot)
+}
+
+// epochIn is commitEpoch of a message whose trailer lines are trailers (splitTrailers).
+func epochIn(trailers []string, slot string) int64 {
+	for i := len(trailers) - 1; i >= 0; i-- {
+		v, ok := strings.CutPrefix(trailers[i], WriterTrailer+": ")
 		if !ok {
 			continue
 		}
